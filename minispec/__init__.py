@@ -1,0 +1,34 @@
+"""minispec: an educational speculative decoder in plain PyTorch.
+
+    import minispec
+    target, tok = minispec.load("tiny-code-target")
+    draft, _ = minispec.load("tiny-code-draft")
+    out = minispec.speculative_generate(target, draft, [tok.encode("def main(")], gamma=4, max_new_tokens=64)
+    print(tok.decode(out.tokens[0]), out.stats.acceptance_rate)
+"""
+
+from minispec.decode import GenerationResult, generate
+from minispec.load import EMBEDDED, load
+from minispec.model import Model, ModelConfig
+from minispec.roofline import (
+                               H100_SXM,
+                               H200,
+                               Hardware,
+                               ModelShape,
+                               break_even_batch,
+                               compute_bound_batch,
+                               expected_tokens,
+                               leviathan_speedup,
+                               speculative_speedup,
+                               step_time,
+)
+from minispec.sampling import SamplingParams
+from minispec.speculative import speculative_generate
+from minispec.stats import Stats
+from minispec.tokenizer import ByteTokenizer
+
+__all__ = [
+    "EMBEDDED", "H100_SXM", "H200", "ByteTokenizer", "GenerationResult", "Hardware", "Model", "ModelConfig",
+    "ModelShape", "SamplingParams", "Stats", "break_even_batch", "compute_bound_batch", "expected_tokens", "generate",
+    "leviathan_speedup", "load", "speculative_generate", "speculative_speedup", "step_time",
+]

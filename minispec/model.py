@@ -1,0 +1,341 @@
+"""A Llama-family decoder in plain PyTorch.
+
+Covers what Hugging Face calls Llama (with Llama-3 rope scaling), Mistral (sliding window),
+Qwen2 (q/k/v bias) and the checkpoints that reuse them (SmolLM, TinyLlama): RMSNorm, rotary
+embeddings, grouped-query attention, a SwiGLU MLP, tied or untied embeddings.
+
+Shape symbols: B batch, T tokens in this call, S cache slots, H query heads, K key/value
+heads, D head dim, C hidden size, F MLP width, V vocabulary.
+
+Two details differ from Hugging Face's module layout, to cut the number of kernels a decode
+step launches: q/k/v are one matmul (``wqkv``) and gate/up are one matmul (``w13``).
+:func:`from_hf_state_dict` and :func:`to_hf_state_dict` convert between the two layouts.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from minispec.kv_cache import KVCache
+
+ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Shape and numerics of one decoder; field names follow Hugging Face's configs."""
+
+    vocab_size: int
+    hidden_size: int  # C
+    intermediate_size: int  # F, the SwiGLU width
+    num_hidden_layers: int
+    num_attention_heads: int  # H
+    num_key_value_heads: int  # K; H % K == 0 (grouped-query attention)
+    head_dim: int  # D
+    max_position_embeddings: int = 2048  # longest prompt + generation the model accepts
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    rope_type: str = "default"  # "default", "linear" or "llama3"
+    rope_factor: float = 1.0  # "linear" and "llama3"
+    rope_low_freq_factor: float = 1.0  # "llama3"
+    rope_high_freq_factor: float = 4.0  # "llama3"
+    rope_original_max_position: int = 8192  # "llama3"
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False  # Qwen2 always, Llama when attention_bias
+    o_bias: bool = False  # Llama when attention_bias
+    mlp_bias: bool = False  # Llama's mlp_bias
+    sliding_window: tuple[int | None, ...] | None = None  # per layer; None = full attention
+    architecture: str = "LlamaForCausalLM"
+
+    def __post_init__(self):
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ValueError(
+                f"num_attention_heads={self.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads={self.num_key_value_heads}"
+            )
+        if self.rope_type not in ("default", "linear", "llama3"):
+            raise ValueError(f"rope type {self.rope_type!r} is not supported (default, linear, llama3)")
+
+    @property
+    def num_parameters(self) -> int:
+        """Parameters, counting a tied embedding once."""
+        C, F_, D = self.hidden_size, self.intermediate_size, self.head_dim
+        H, K, V = self.num_attention_heads, self.num_key_value_heads, self.vocab_size
+        attn = C * (H + 2 * K) * D + H * D * C
+        attn += (H + 2 * K) * D * self.qkv_bias + C * self.o_bias
+        mlp = 3 * C * F_ + (2 * F_ + C) * self.mlp_bias
+        layer = attn + mlp + 2 * C
+        embeddings = V * C * (1 if self.tie_word_embeddings else 2)
+        return self.num_hidden_layers * layer + embeddings + C
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of K and V one token adds to the cache, per unit of element size (x dtype bytes)."""
+        return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim
+
+    def to_hf_dict(self) -> dict:
+        """The config.json Hugging Face's Llama/Mistral/Qwen2 classes read back to this shape."""
+        rope = {"rope_type": self.rope_type, "rope_theta": self.rope_theta}
+        if self.rope_type == "linear":
+            rope["factor"] = self.rope_factor
+        if self.rope_type == "llama3":
+            rope |= {
+                "factor": self.rope_factor,
+                "low_freq_factor": self.rope_low_freq_factor,
+                "high_freq_factor": self.rope_high_freq_factor,
+                "original_max_position_embeddings": self.rope_original_max_position,
+            }
+        return {
+            "architectures": [self.architecture],
+            "model_type": {"LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral",
+                           "Qwen2ForCausalLM": "qwen2"}[self.architecture],
+            "vocab_size": self.vocab_size,
+            "hidden_size": self.hidden_size,
+            "intermediate_size": self.intermediate_size,
+            "num_hidden_layers": self.num_hidden_layers,
+            "num_attention_heads": self.num_attention_heads,
+            "num_key_value_heads": self.num_key_value_heads,
+            "head_dim": self.head_dim,
+            "max_position_embeddings": self.max_position_embeddings,
+            "rms_norm_eps": self.rms_norm_eps,
+            "rope_parameters": rope,
+            "tie_word_embeddings": self.tie_word_embeddings,
+            "attention_bias": self.qkv_bias,
+            "mlp_bias": self.mlp_bias,
+            "hidden_act": "silu",
+            "bos_token_id": None,
+            "eos_token_id": None,
+            "pad_token_id": None,
+        }
+
+
+def config_from_hf(hf) -> ModelConfig:
+    """Read a transformers config (object or dict) into a :class:`ModelConfig`.
+
+    Raises ValueError, naming it, for an architecture outside the Llama family.
+    """
+    get = hf.get if isinstance(hf, dict) else (lambda k, d=None: getattr(hf, k, d))
+    arch = (get("architectures") or [None])[0]
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"architecture {arch!r} is not supported; minispec supports {', '.join(ARCHITECTURES)}")
+    if get("hidden_act", "silu") != "silu":
+        raise ValueError(f"hidden_act {get('hidden_act')!r} is not supported (only silu)")
+    rope = dict(get("rope_parameters") or get("rope_scaling") or {})
+    rope_theta = rope.get("rope_theta", get("rope_theta", 10000.0))
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    C, H = get("hidden_size"), get("num_attention_heads")
+    layers = get("num_hidden_layers")
+    window = get("sliding_window")
+    if arch == "Qwen2ForCausalLM":
+        types = get("layer_types") or ["full_attention"] * layers
+        windows = tuple(window if t == "sliding_attention" else None for t in types)
+    elif arch == "MistralForCausalLM":
+        windows = (window,) * layers
+    else:
+        windows = (None,) * layers
+    is_qwen = arch == "Qwen2ForCausalLM"
+    return ModelConfig(
+        vocab_size=get("vocab_size"),
+        hidden_size=C,
+        intermediate_size=get("intermediate_size"),
+        num_hidden_layers=layers,
+        num_attention_heads=H,
+        num_key_value_heads=get("num_key_value_heads") or H,
+        head_dim=get("head_dim") or C // H,
+        max_position_embeddings=get("max_position_embeddings", 2048),
+        rms_norm_eps=get("rms_norm_eps", 1e-6),
+        rope_theta=float(rope_theta),
+        rope_type=rope_type,
+        rope_factor=float(rope.get("factor", 1.0)),
+        rope_low_freq_factor=float(rope.get("low_freq_factor", 1.0)),
+        rope_high_freq_factor=float(rope.get("high_freq_factor", 4.0)),
+        rope_original_max_position=int(rope.get("original_max_position_embeddings", 8192)),
+        tie_word_embeddings=bool(get("tie_word_embeddings", False)),
+        qkv_bias=True if is_qwen else bool(get("attention_bias", False)),
+        o_bias=False if is_qwen else bool(get("attention_bias", False)),
+        mlp_bias=bool(get("mlp_bias", False)),
+        sliding_window=windows if any(w is not None for w in windows) else None,
+        architecture=arch,
+    )
+
+
+def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
+    """Inverse rotary frequencies (D/2,), float32, with linear or Llama-3 scaling."""
+    D = cfg.head_dim
+    inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, D, 2, dtype=torch.float32) / D)  # (D/2,)
+    if cfg.rope_type == "linear":
+        return inv_freq / cfg.rope_factor
+    if cfg.rope_type == "llama3":  # transformers' _compute_llama3_parameters
+        old, lo, hi = cfg.rope_original_max_position, cfg.rope_low_freq_factor, cfg.rope_high_freq_factor
+        wavelen = 2 * math.pi / inv_freq  # (D/2,)
+        scaled = torch.where(wavelen > old / lo, inv_freq / cfg.rope_factor, inv_freq)  # (D/2,)
+        smooth = (old / wavelen - lo) / (hi - lo)  # (D/2,)
+        smoothed = (1 - smooth) * scaled / cfg.rope_factor + smooth * scaled  # (D/2,)
+        medium = (wavelen >= old / hi) & (wavelen <= old / lo)
+        return torch.where(medium, smoothed, scaled)
+    return inv_freq
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Apply rotary embeddings in Hugging Face's rotate-half convention."""
+    x1, x2 = x.chunk(2, dim=-1)  # (B, *, T, D/2) each
+    return x * cos + torch.cat((-x2, x1), dim=-1) * sin  # (B, *, T, D)
+
+
+class Block(nn.Module):
+    """One pre-norm transformer layer: attention then SwiGLU MLP, each with a residual."""
+
+    def __init__(self, cfg: ModelConfig, layer: int):
+        super().__init__()
+        H, K, D, C = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size
+        self.layer, self.H, self.K, self.D, self.eps = layer, H, K, D, cfg.rms_norm_eps
+        self.window = cfg.sliding_window[layer] if cfg.sliding_window else None
+        self.attn_norm = nn.Parameter(torch.ones(C))
+        self.wqkv = nn.Linear(C, (H + 2 * K) * D, bias=cfg.qkv_bias)
+        self.wo = nn.Linear(H * D, C, bias=cfg.o_bias)
+        self.mlp_norm = nn.Parameter(torch.ones(C))
+        self.w13 = nn.Linear(C, 2 * cfg.intermediate_size, bias=cfg.mlp_bias)  # gate and up
+        self.w2 = nn.Linear(cfg.intermediate_size, C, bias=cfg.mlp_bias)  # down
+
+    def forward(self, x, cos, sin, masks, cache: KVCache | None):
+        B, T, C = x.shape
+        h = F.rms_norm(x, (C,), self.attn_norm, self.eps)  # (B, T, C)
+        q, k, v = self.wqkv(h).split([self.H * self.D, self.K * self.D, self.K * self.D], -1)
+        q = rotate(q.view(B, T, self.H, self.D).transpose(1, 2), cos, sin)  # (B, H, T, D)
+        k = rotate(k.view(B, T, self.K, self.D).transpose(1, 2), cos, sin)  # (B, K, T, D)
+        v = v.view(B, T, self.K, self.D).transpose(1, 2)  # (B, K, T, D)
+        if cache is not None:
+            k, v = cache.update(self.layer, k, v)  # (B, K, S', D) each, S' = slots in use
+        mask = masks[self.window]  # (B or 1, 1, T, S')
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=self.H != self.K)  # (B, H, T, D)
+        x = x + self.wo(y.transpose(1, 2).reshape(B, T, self.H * self.D))  # (B, T, C)
+        gate, up = self.w13(F.rms_norm(x, (C,), self.mlp_norm, self.eps)).chunk(2, -1)  # (B, T, F) each
+        return x + self.w2(F.silu(gate) * up)  # (B, T, C)
+
+
+class Model(nn.Module):
+    """Decoder-only transformer. ``model(tokens, cache)`` returns logits (B, T, V)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(Block(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.norm = nn.Parameter(torch.ones(cfg.hidden_size))
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.embed.weight
+        self.register_buffer("inv_freq", rope_inv_freq(cfg), persistent=False)  # (D/2,)
+        for name, p in self.named_parameters():  # transformers' initializer_range = 0.02
+            if "norm" not in name:
+                nn.init.normal_(p, std=0.02) if p.dim() == 2 else nn.init.zeros_(p)
+        self.windows = sorted({b.window for b in self.layers}, key=lambda w: w or 0)
+        self.static_cache = False  # new caches attend over all slots (set by bench.compile_model)
+
+    def _apply(self, fn, recurse=True):
+        # .to(), .cuda(), .half() ... move the rotary buffer but keep it float32, as
+        # transformers does; rebuilding it also lets a model built on the meta device move.
+        self.inv_freq = rope_inv_freq(self.config)
+        super()._apply(fn, recurse)
+        self.inv_freq = rope_inv_freq(self.config).to(self.embed.weight.device)
+        return self
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.weight.dtype
+
+    def new_cache(self, batch_size: int, max_len: int) -> KVCache:
+        """A preallocated cache of ``max_len`` slots per row for this model."""
+        cfg = self.config
+        return KVCache(cfg.num_hidden_layers, batch_size, cfg.num_key_value_heads, max_len, cfg.head_dim,
+                       device=self.device, dtype=self.dtype, static=self.static_cache)
+
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None,
+                output_index: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits for ``tokens`` (B, T).
+
+        With a cache, row b's tokens take positions ``cache.lengths[b] + 0..T-1``; they are
+        appended to the cache and ``cache.lengths`` grows by T. Without one, the tokens are a
+        whole sequence from position 0. ``output_index`` (B, N) picks the positions whose
+        logits are returned (B, N, V), e.g. each row's last prompt token; default all (B, T, V).
+        """
+        B, T = tokens.shape
+        if cache is None:
+            pos = torch.arange(T, device=tokens.device).expand(B, T)  # (B, T)
+            slots = torch.arange(T, device=tokens.device)  # (T,)
+        else:
+            pos = cache.lengths[:, None] + torch.arange(T, device=tokens.device)  # (B, T)
+            cache.begin(pos)
+            slots = torch.arange(cache.slots_in_use, device=tokens.device)  # (S',)
+        visible = slots <= pos[:, None, :, None]  # (B, 1, T, S') causal: a query sees slots up to its position
+        masks = {w: visible if w is None else visible & (slots > pos[:, None, :, None] - w) for w in self.windows}
+        freqs = pos[..., None].float() * self.inv_freq  # (B, T, D/2), float32 as in transformers
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # (B, 1, T, D)
+        cos, sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)
+        x = self.embed(tokens)  # (B, T, C)
+        for block in self.layers:
+            x = block(x, cos, sin, masks, cache)
+        if cache is not None:
+            cache.end(T)
+        if output_index is not None:
+            x = x.gather(1, output_index[..., None].expand(-1, -1, x.shape[-1]))  # (B, N, C)
+        return self.lm_head(F.rms_norm(x, (x.shape[-1],), self.norm, self.config.rms_norm_eps))  # (B, T or N, V)
+
+
+# Hugging Face name -> ours, for one layer; q/k/v and gate/up are concatenated on load.
+_HF_LAYER = {
+    "input_layernorm.weight": "attn_norm",
+    "post_attention_layernorm.weight": "mlp_norm",
+    "self_attn.o_proj.weight": "wo.weight",
+    "self_attn.o_proj.bias": "wo.bias",
+    "mlp.down_proj.weight": "w2.weight",
+    "mlp.down_proj.bias": "w2.bias",
+}
+_FUSED = {"wqkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+          "w13": ("mlp.gate_proj", "mlp.up_proj")}
+
+
+def from_hf_state_dict(sd: dict[str, torch.Tensor], cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """Rename and fuse a Hugging Face Llama-family state dict into this module's layout."""
+    out = {"embed.weight": sd["model.embed_tokens.weight"], "norm": sd["model.norm.weight"]}
+    out["lm_head.weight"] = sd["model.embed_tokens.weight" if cfg.tie_word_embeddings else "lm_head.weight"]
+    for i in range(cfg.num_hidden_layers):
+        pre = f"model.layers.{i}."
+        for hf, ours in _HF_LAYER.items():
+            if pre + hf in sd:
+                out[f"layers.{i}.{ours}"] = sd[pre + hf]
+        for ours, parts in _FUSED.items():
+            for kind in ("weight", "bias"):
+                if pre + f"{parts[0]}.{kind}" in sd:
+                    out[f"layers.{i}.{ours}.{kind}"] = torch.cat([sd[pre + f"{p}.{kind}"] for p in parts])
+    return out
+
+
+def to_hf_state_dict(model: Model) -> dict[str, torch.Tensor]:
+    """This module's weights under Hugging Face's names (the inverse of :func:`from_hf_state_dict`)."""
+    cfg, sd = model.config, model.state_dict()
+    H, K, D, F_ = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.intermediate_size
+    out = {"model.embed_tokens.weight": sd["embed.weight"], "model.norm.weight": sd["norm"]}
+    if not cfg.tie_word_embeddings:
+        out["lm_head.weight"] = sd["lm_head.weight"]
+    sizes = {"wqkv": [H * D, K * D, K * D], "w13": [F_, F_]}
+    for i in range(cfg.num_hidden_layers):
+        pre = f"model.layers.{i}."
+        for hf, ours in _HF_LAYER.items():
+            if f"layers.{i}.{ours}" in sd:
+                out[pre + hf] = sd[f"layers.{i}.{ours}"]
+        for ours, parts in _FUSED.items():
+            for kind in ("weight", "bias"):
+                if f"layers.{i}.{ours}.{kind}" in sd:
+                    for p, t in zip(parts, sd[f"layers.{i}.{ours}.{kind}"].split(sizes[ours])):
+                        out[pre + f"{p}.{kind}"] = t
+    return {k: v.contiguous() for k, v in out.items()}

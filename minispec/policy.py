@@ -1,0 +1,151 @@
+"""Choose gamma, the draft length, for the next speculative step; 0 turns speculation off.
+
+Notation as in :mod:`minispec.roofline`: alpha = acceptance rate of one draft token, gamma =
+draft tokens per step, c = draft step cost as a fraction of a target step.
+
+The loop calls ``choose(batch_size)`` before each step and ``observe(accepted, tested)`` after
+it. Each row tests its draft tokens in order until the first rejection, so a step's likelihood
+is alpha^accepted * (1 - alpha)^(tested - accepted), maximised by alpha = accepted / tested.
+The running estimate keeps those two counts with exponential decay (old evidence halves every
+``half_life_tokens`` tested tokens, so it follows a change of traffic) and adds a prior of
+``prior_tokens`` pseudo-tokens at ``alpha0``:
+
+    alpha = (accepted + alpha0 * prior_tokens) / (tested + prior_tokens)
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from minispec.roofline import H100_SXM, LLAMA_8B, Hardware, ModelShape, _check, expected_tokens, speculative_speedup
+
+
+@dataclass(kw_only=True)
+class GammaPolicy:
+    """Base: the running alpha estimate and the choice among gammas; subclasses define ``choose``."""
+
+    gamma_max: int = 8  # longest draft considered
+    alpha0: float = 0.8  # prior acceptance rate, before anything is observed
+    prior_tokens: float = 16.0  # weight of the prior, in tested draft tokens
+    half_life_tokens: float = 1000.0  # tested tokens after which old evidence counts half (inf: never forget)
+    margin: float = 0.0  # hysteresis: keep the last gamma unless another's speedup beats it by this fraction
+    accepted: float = field(default=0.0, init=False)  # decayed count of accepted draft tokens
+    tested: float = field(default=0.0, init=False)  # decayed count of tested draft tokens
+    last_gamma: int | None = field(default=None, init=False)  # the previous choice
+
+    def __post_init__(self):
+        _check(alpha=self.alpha0, gamma=self.gamma_max)
+        if self.prior_tokens < 0 or not self.half_life_tokens > 0 or self.margin < 0:
+            raise ValueError(f"need prior_tokens >= 0, half_life_tokens > 0, margin >= 0: {self}")
+
+    @property
+    def alpha(self) -> float:
+        """The running acceptance-rate estimate."""
+        n = self.tested + self.prior_tokens
+        return (self.accepted + self.alpha0 * self.prior_tokens) / n if n else self.alpha0
+
+    def observe(self, accepted: int, tested: int) -> None:
+        """After a step: draft tokens accepted and tested (accepted + 1 per rejecting row), over active rows."""
+        if not 0 <= accepted <= tested:
+            raise ValueError(f"need 0 <= accepted <= tested, got accepted={accepted}, tested={tested}")
+        keep = 0.5 ** (tested / self.half_life_tokens)
+        self.accepted = self.accepted * keep + accepted
+        self.tested = self.tested * keep + tested
+
+    def choose(self, batch_size: int) -> int:
+        """gamma for the next step at this batch size; 0 = speculation off."""
+        raise NotImplementedError
+
+    def _pick(self, speedup, gammas) -> int:
+        """The gamma with the highest ``speedup(gamma)`` (the smallest on a tie; gamma 0 has speedup 1)."""
+        best = max(gammas, key=lambda g: (speedup(g), -g))
+        if self.margin and self.last_gamma in gammas and speedup(best) <= speedup(self.last_gamma) * (1 + self.margin):
+            best = self.last_gamma
+        self.last_gamma = best
+        return best
+
+
+@dataclass
+class FixedPolicy(GammaPolicy):
+    """Always the same gamma (0 = plain decoding); still keeps the running alpha."""
+
+    gamma: int
+
+    def __post_init__(self):
+        self.gamma_max = self.gamma
+        super().__post_init__()
+
+    def choose(self, batch_size: int) -> int:
+        _check(batch=batch_size)
+        return self.gamma
+
+
+@dataclass(kw_only=True)
+class RooflinePolicy(GammaPolicy):
+    """The gamma the roofline model predicts fastest at this batch and the running alpha."""
+
+    draft_cost: float = 0.05  # c
+    hardware: Hardware = H100_SXM
+    model: ModelShape = LLAMA_8B  # the target
+    context: float = 0  # tokens in each row's KV cache; the loop may update it
+
+    def choose(self, batch_size: int) -> int:
+        alpha, args = self.alpha, (self.draft_cost, self.hardware, self.model, self.context)
+        return self._pick(lambda g: speculative_speedup(batch_size, alpha, g, *args), range(self.gamma_max + 1))
+
+
+def _interp(points: list[tuple[float, float]], x: float) -> float:
+    """Linear in x between points sorted by x; flat below the first, along the last segment beyond the last."""
+    if len(points) == 1 or x <= points[0][0]:
+        return points[0][1]
+    i = min(bisect.bisect_left([p[0] for p in points], x), len(points) - 1)
+    (x0, y0), (x1, y1) = points[i - 1], points[i]
+    return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+
+
+@dataclass
+class MeasuredPolicy(GammaPolicy):
+    """The gamma that measured step times predict fastest.
+
+    ``target_step_s[(batch, tokens_per_row)]``: seconds of one target step; ``draft_step_s[batch]``:
+    seconds of one draft step. Times are interpolated linearly in batch. A gamma is considered
+    when ``tokens_per_row = gamma + 1`` was measured (``tokens_per_row = 1`` is required); its
+    speedup is E(alpha, gamma) * target(B, 1) / (target(B, gamma + 1) + gamma * draft(B)).
+    """
+
+    target_step_s: dict[tuple[int, int], float]
+    draft_step_s: dict[int, float]
+
+    def __post_init__(self):
+        super().__post_init__()
+        self._target: dict[int, list[tuple[int, float]]] = {}  # tokens_per_row -> [(batch, s)] sorted
+        for (B, T), s in sorted(self.target_step_s.items()):
+            self._target.setdefault(T, []).append((B, s))
+        self._draft = sorted(self.draft_step_s.items())
+        if 1 not in self._target or not self._draft:
+            raise ValueError("the table needs target steps with tokens_per_row = 1 and at least one draft step")
+        self._gammas = [g for g in range(self.gamma_max + 1) if g + 1 in self._target]
+
+    def choose(self, batch_size: int) -> int:
+        _check(batch=batch_size)
+        alpha, plain = self.alpha, _interp(self._target[1], batch_size)
+        draft = _interp(self._draft, batch_size)
+        return self._pick(lambda g: expected_tokens(alpha, g) * plain
+                          / (_interp(self._target[g + 1], batch_size) + g * draft), self._gammas)
+
+
+def auto_policy(target, draft, gamma_max: int = 8, **kw) -> RooflinePolicy:
+    """The policy behind ``speculative_generate(..., gamma="auto")``.
+
+    A :class:`RooflinePolicy` for this pair: the target's shape from its config and dtype,
+    c = draft weight bytes / target weight bytes (both steps memory-bound), and the hardware
+    of the models' device: an NVIDIA preset matched by name, otherwise ceilings measured once
+    on this device (:func:`minispec.bench.device_hardware`). For gating from measured step
+    times instead, pass ``gamma=MeasuredPolicy(...)`` (see :func:`minispec.bench.measured_policy`).
+    """
+    from minispec.bench import device_hardware
+
+    t, d = ModelShape.from_model(target), ModelShape.from_model(draft)
+    kw = {"draft_cost": d.weight_bytes / t.weight_bytes, "hardware": device_hardware(target.device, target.dtype)} | kw
+    return RooflinePolicy(gamma_max=gamma_max, model=t, **kw)

@@ -1,0 +1,41 @@
+"""Phase timers and latency statistics."""
+
+import math
+import time
+
+from minispec.stats import latency_stats, percentile
+from minispec.timing import PhaseTimer
+
+
+def test_cpu_timer_accumulates_phases():
+    timer = PhaseTimer("cpu")
+    for _ in range(3):
+        with timer("draft"):
+            time.sleep(0.01)
+    with timer("verify"):
+        pass
+    t = timer.totals()
+    assert 0.03 <= t["draft"] < 0.3 and t["verify"] < t["draft"]
+
+
+def test_disabled_timer_records_nothing_and_costs_little():
+    timer = PhaseTimer("cpu", enabled=False)
+    start = time.perf_counter()
+    for _ in range(10_000):
+        with timer("draft"):
+            pass
+    assert timer.totals() == {}
+    assert (time.perf_counter() - start) / 10_000 < 20e-6  # a shared null context manager
+
+
+def test_percentile():
+    assert percentile([3, 1, 2], 50) == 2 and percentile([1, 2], 50) == 1.5 and math.isnan(percentile([], 50))
+    assert percentile(list(range(101)), 99) == 99
+
+
+def test_latency_stats_per_row():
+    # t0 = 0, first token at 1.0 s, steps end at 2, 3, 5; row 0 ends at step 1, row 1 after its first token.
+    lat = latency_stats(0.0, 1.0, [2.0, 3.0, 5.0], [1, 1, 1], row_tokens=[5, 1], row_finish_step=[1, -1])
+    assert lat["ttft_s"] == 1.0
+    assert lat["row_tpot_s"][0] == (3.0 - 1.0) / 4 and math.isnan(lat["row_tpot_s"][1])
+    assert lat["itl_p50_s"] == 1.0 and lat["num_steps"] == 3
