@@ -170,7 +170,8 @@ def environment(device: torch.device, dtype: torch.dtype) -> dict:
                              cwd=Path(__file__).parent, timeout=5).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         rev = None
-    return {"hardware": device_hardware(device, dtype).name, "device": str(device), "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__,
+    return {"hardware": device_hardware(device, dtype).name, "device": str(device),
+            "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__,
             "cuda": torch.version.cuda, "python": platform.python_version(), "git_revision": rev}
 
 

@@ -57,7 +57,8 @@ summary = {
 }
 summary["draft_cost_c_batch1"] = summary["draft_step_ms_batch1"] / summary["plain_decode_step_ms_batch1"]
 log(f"batch-1 decode reads the weights at {achieved / 1e12:.3f} TB/s = "
-    f"{summary['achieved_fraction_of_copy_bandwidth']:.0%} of the measured copy bandwidth; draft cost c = {summary['draft_cost_c_batch1']:.3f}")
+    f"{summary['achieved_fraction_of_copy_bandwidth']:.0%} of the measured copy bandwidth; "
+    f"draft cost c = {summary['draft_cost_c_batch1']:.3f}")
 (out / "step_times.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
 
 # 2. The synthetic alpha = 0.8, gamma = 4 curve, measured, beside the roofline for this device.
