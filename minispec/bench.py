@@ -375,10 +375,16 @@ def cli_main(args: argparse.Namespace) -> None:
           f"({target.dtype}), ridge {hw.ridge:.1f} FLOP/byte", file=sys.stderr)
     rows = sweep(target, draft, cfg, text, args.out)
     print(format_table(rows))
+    summary = {"hardware": hw.name, "memory_bandwidth_Bps": hw.memory_bandwidth, "peak_flops": hw.peak_flops,
+               "target": args.target, "draft": args.draft, "break_even": []}
     for (g, t) in sorted({(r["gamma"], r["temperature"]) for r in rows}):
         sel = [r for r in rows if r["gamma"] == g and r["temperature"] == t]
-        print(f"gamma {g}, temperature {t}: break-even batch measured {_fmt(break_even(sel))}, "
-              f"modelled {_fmt(break_even(sel, 'modelled_speedup'))}")
+        measured, modelled = break_even(sel), break_even(sel, "modelled_speedup")
+        summary["break_even"].append({"gamma": g, "temperature": t, "measured_batch": measured,
+                                      "modelled_batch": modelled})
+        print(f"gamma {g}, temperature {t}: break-even batch measured {_fmt(measured)}, modelled {_fmt(modelled)}")
+    if args.out:
+        Path(args.out).with_name("summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     if args.plot:
         from minispec.plots import plot_speedup_vs_batch
 
@@ -402,3 +408,26 @@ def cli_main(args: argparse.Namespace) -> None:
 
 def _fmt(x):
     return "none in range" if x is None else f"{x:.1f}"
+
+
+def course_models(device=None) -> dict:
+    """What a lesson runs on, chosen from the environment.
+
+    The embedded trio (``tiny-code-target``, ``tiny-code-draft``, ``tiny-prose-draft``) and the
+    shipped held-out samples, on ``device`` (default: CUDA when available). Set
+    ``MINISPEC_TARGET`` and ``MINISPEC_DRAFT`` to local Hugging Face checkpoint directories
+    sharing a tokenizer to run the lessons on real models instead (the prose draft then stays
+    the embedded one, and only where the vocabularies match).
+    """
+    import os
+
+    from minispec.load import load
+    from minispec.train import sample_text
+
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    target, tok = load(os.environ.get("MINISPEC_TARGET", "tiny-code-target"), device=device)
+    draft, _ = load(os.environ.get("MINISPEC_DRAFT", "tiny-code-draft"), device=device, dtype=target.dtype)
+    prose_draft, _ = load("tiny-prose-draft", device=device, dtype=target.dtype)
+    return {"target": target, "draft": draft, "prose_draft": prose_draft, "tokenizer": tok, "device": device,
+            "code": sample_text("code").decode("utf-8", "replace"), "prose": sample_text("prose").decode(),
+            "embedded": "MINISPEC_TARGET" not in os.environ}

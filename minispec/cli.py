@@ -47,7 +47,7 @@ def _demo(args) -> None:
     print(f"{'acceptance rate':24}{'':>12}{s.acceptance_rate:>14.2f}")
     print(f"{'mean acceptance length':24}{'':>12}{s.mean_acceptance_length:>14.2f}")
     print(f"{'per-position acceptance':24}{'':>12}  " + " ".join(f"{r:.2f}" for r in s.per_position_acceptance_rates))
-    for phase in ("prefill", "decode", "draft", "verify", "accept"):
+    for phase in ("prefill", "draft_prefill", "decode", "draft", "verify", "accept"):
         p = [r[0].stats.phase_s.get(phase) for r in runs], [r[1].stats.phase_s.get(phase) for r in runs]
         cells = [f"{1e3 * statistics.median(v):.1f}" if v[0] is not None else "" for v in p]
         print(f"{'time in ' + phase + ' ms':24}{cells[0]:>12}{cells[1]:>14}")

@@ -116,6 +116,7 @@ def speculative_generate(target: Model, draft: Model, prompts, gamma: int | str 
     t_cache, d_cache = target.new_cache(batch.batch_size, batch.slots), draft.new_cache(batch.batch_size, batch.slots)
     with batch.timer("prefill"):
         logits = prefill(target, batch, t_cache)  # (B, V)
+    with batch.timer("draft_prefill"):
         prefill(draft, batch, d_cache)  # the draft reads every prompt too: a cost in TTFT
     batch.first_token(logits)
     dev = batch.device
@@ -136,7 +137,7 @@ def speculative_generate(target: Model, draft: Model, prompts, gamma: int | str 
             n = accepted.sum(1)  # (B,)
             proposed_at[:g] += active.sum()
             accepted_at[:g] += accepted.sum(0)
-            tested = torch.minimum(n + 1, torch.tensor(g, device=dev)) * active  # (B,) positions actually tested
+            tested = (n + 1).clamp_max(g) * active  # (B,) positions the test reached: up to the first rejection
             n_tested += tested.sum()
             running, longest, step_accepted, step_tested = batch.end_step(n.sum(), tested.sum())
             policy.observe(step_accepted, step_tested)

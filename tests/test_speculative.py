@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import minispec
 from conftest import random_model
+from minispec.policy import FixedPolicy
 from minispec.sampling import SamplingParams, probabilities
 from minispec.speculative import accept_reject, speculative_generate
 
@@ -214,3 +215,77 @@ def test_device_mismatch_is_checked_before_work(pair):
     elsewhere = SimpleNamespace(config=draft.config, device=torch.device("meta"), dtype=draft.dtype)
     with pytest.raises(ValueError, match="target is on cpu but draft is on meta"):
         speculative_generate(target, elsewhere, PROMPTS, max_new_tokens=4)
+
+
+# --- gamma chosen per step -------------------------------------------------------------------
+
+class Scripted(FixedPolicy):
+    """A policy that plays a fixed sequence of gammas (0 = a plain step), then repeats it."""
+
+    def __init__(self, gammas):
+        super().__init__(max(gammas))
+        self.script, self.i = gammas, 0
+
+    def choose(self, batch_size):
+        self.i += 1
+        return self.script[(self.i - 1) % len(self.script)]
+
+
+@pytest.mark.parametrize("script", [[0, 3, 0, 0, 5, 1], [2, 0, 0, 0, 0, 4], [0, 0, 1]])
+def test_switching_speculation_on_and_off_stays_exact(pair, script):
+    """After plain steps the draft cache lags by several tokens; it must catch up exactly."""
+    target, draft = pair
+    plain = minispec.generate(target, PROMPTS, max_new_tokens=30).tokens
+    out = speculative_generate(target, draft, PROMPTS, gamma=Scripted(script), max_new_tokens=30)
+    assert out.tokens == plain
+    assert out.stats.gamma_per_step == [script[i % len(script)] for i in range(out.stats.num_steps)]
+    sampled = speculative_generate(target, target, PROMPTS, gamma=Scripted(script), max_new_tokens=30,
+                                   temperature=1.0, seed=0)
+    assert sampled.stats.acceptance_rate == 1.0  # an identical draft that caught up agrees everywhere
+
+
+def test_auto_gamma_records_each_step(pair):
+    target, draft = pair
+    out = speculative_generate(target, draft, PROMPTS, gamma="auto", max_new_tokens=12)
+    assert len(out.stats.gamma_per_step) == out.stats.num_steps and out.stats.gamma == "auto"
+    assert out.tokens == minispec.generate(target, PROMPTS, max_new_tokens=12).tokens
+
+
+def test_roofline_policy_turns_speculation_off_at_large_batch(pair):
+    target, draft = pair
+    from minispec.policy import RooflinePolicy
+
+    policy = RooflinePolicy(gamma_max=4)  # the reference 8B on an H100: off above batch ~187
+    out = speculative_generate(target, draft, [[1, 2]] * 300, gamma=policy, max_new_tokens=3)
+    assert set(out.stats.gamma_per_step) == {0} and out.stats.num_drafts == 0
+
+
+def test_embedded_pair_greedy_batch_8():
+    target, tok = minispec.load("tiny-code-target")
+    draft, _ = minispec.load("tiny-code-draft")
+    from minispec.train import sample_text
+
+    code = sample_text("code")
+    prompts = [list(code[i * 700 : i * 700 + 10 + 9 * i]) for i in range(8)]  # 10 to 73 bytes
+    plain = minispec.generate(target, prompts, max_new_tokens=40).tokens
+    spec = speculative_generate(target, draft, prompts, gamma=4, max_new_tokens=40)
+    assert spec.tokens == plain and spec.stats.acceptance_rate > 0.3
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_the_step_does_not_synchronise_with_the_host():
+    from minispec.decode import Batch, prefill
+    from minispec.speculative import speculative_step
+
+    target, draft = random_model(seed=0).cuda(), random_model(seed=1, layers=1).cuda()
+    for temperature in (0.0, 1.0):
+        batch = Batch(target, PROMPTS, 16, SamplingParams(temperature, top_p=0.9 if temperature else None), 0, None,
+                      slack=5)
+        t_cache, d_cache = target.new_cache(8, batch.slots), draft.new_cache(8, batch.slots)
+        batch.first_token(prefill(target, batch, t_cache))
+        prefill(draft, batch, d_cache)
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            speculative_step(target, draft, t_cache, d_cache, batch, 4, 2)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
