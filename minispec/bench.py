@@ -148,6 +148,14 @@ def measured_policy(target: Model, draft: Model, batches=(1, 2, 4, 8, 16, 32, 64
     return MeasuredPolicy(*step_time_table(target, draft, batches, gamma_max, context), gamma_max=gamma_max, **kw)
 
 
+def draft_cost(plain, spec) -> float:
+    """c measured inside the loops: seconds per draft pass of a speculative run (its "draft" phase
+    over the gammas it drafted, sampling included) over seconds per plain decode step (the
+    "decode" phase of a plain run over its steps). Arguments: the ``.stats`` of the two runs."""
+    per_draft = spec.phase_s["draft"] / sum(spec.gamma_per_step)
+    return per_draft / (plain.phase_s["decode"] / plain.num_steps)
+
+
 # --- the sweep ----------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -192,7 +200,7 @@ def bench_point(target: Model, draft: Model, prompts: list[list[int]], gamma: in
     B = len(prompts)
     s = runs["spec"][-1].stats
     alpha = s.alpha_estimate
-    c = step_time(draft, B, 1, cfg.prompt_len) / step_time(target, B, 1, cfg.prompt_len)
+    c = statistics.median(draft_cost(p.stats, q.stats) for p, q in zip(runs["plain"], runs["spec"]))
     verify_ratio = step_time(target, B, gamma + 1, cfg.prompt_len) / step_time(target, B, 1, cfg.prompt_len)
     shape = ModelShape.from_model(target)
     return {

@@ -105,9 +105,13 @@ class Batch:
         self.finish_step = torch.where(finished, self.step, self.finish_step)
         self.done |= finished
 
+    def draw(self, logits: torch.Tensor) -> torch.Tensor:
+        """One token per row (B,) from logits (B, V) under this call's sampling parameters."""
+        return sample(probabilities(logits, self.params), self.gen, self.params.greedy)
+
     def first_token(self, logits: torch.Tensor) -> None:
         """Sample each row's first token from the prefill logits (B, V): time to first token ends here."""
-        self.emit(sample(probabilities(logits, self.params), self.gen)[:, None], torch.ones_like(self.total))
+        self.emit(self.draw(logits)[:, None], torch.ones_like(self.total))
         synchronize(self.device)  # host sync: TTFT is the moment the first token exists
         self.t_first = time.perf_counter()
 
@@ -154,7 +158,7 @@ def prefill(model: Model, batch: Batch, cache) -> torch.Tensor:
 def decode_step(model: Model, cache, batch: Batch) -> None:
     """One plain decode step: every running row gets one token from one forward pass."""
     logits = model(batch.last(1), cache)[:, 0]  # (B, V)
-    batch.emit(sample(probabilities(logits, batch.params), batch.gen)[:, None], torch.ones_like(batch.total))
+    batch.emit(batch.draw(logits)[:, None], torch.ones_like(batch.total))
     cache.rollback(batch.total - 1)  # the cache holds all but the last token; finished rows stay put
 
 

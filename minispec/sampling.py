@@ -52,12 +52,16 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     return probs
 
 
-def sample(weights: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+def sample(weights: torch.Tensor, generator: torch.Generator | None = None, greedy: bool = False) -> torch.Tensor:
     """One token per row (...,) from non-negative weights (..., V), normalised or not.
 
     The exponential race: argmax_v w_v / E_v with E_v ~ Exp(1) picks v with probability
     w_v / sum(w). It needs no normalisation, no host sync and no torch.multinomial, and each
-    row and position gets its own independent draws from ``generator``.
+    row and position gets its own independent draws from ``generator``. ``greedy=True`` says
+    the weights are one-hot (temperature 0): the race would pick the hot token, so take it
+    directly and spend no random numbers.
     """
+    if greedy:
+        return weights.argmax(-1)
     race = torch.empty_like(weights, dtype=torch.float32).exponential_(generator=generator)  # (..., V)
     return (weights / race.clamp_min_(1e-30)).argmax(-1)  # (...,)

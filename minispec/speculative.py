@@ -29,7 +29,7 @@ from minispec.policy import FixedPolicy, GammaPolicy
 from minispec.sampling import SamplingParams, probabilities, sample
 
 
-def accept_reject(p, q, x, generator, accept_rate: float | None = None):
+def accept_reject(p, q, x, generator, accept_rate: float | None = None, greedy: bool = False):
     """The speculative-sampling rule for every row.
 
     p (B, gamma+1, V) and q (B, gamma, V) are distributions, x (B, gamma) the draft tokens.
@@ -37,6 +37,7 @@ def accept_reject(p, q, x, generator, accept_rate: float | None = None):
     target adds: drawn from norm(max(0, p - q)) at the first rejection, or from p_{gamma+1}.
     ``accept_rate`` (benchmarks only) replaces the test with Bernoulli(accept_rate) draws and
     then draws t from p: the timing of a given alpha, not the target's distribution.
+    ``greedy``: p and q are one-hot (temperature 0), so t is their hot token (see ``sample``).
     """
     B, gamma = x.shape
     u = torch.rand(B, gamma, generator=generator, device=x.device)  # (B, gamma) one uniform per row and position
@@ -52,7 +53,7 @@ def accept_reject(p, q, x, generator, accept_rate: float | None = None):
     accepted = ok.cumprod(1).bool()  # (B, gamma) nothing after a row's first rejection counts
     n = accepted.sum(1)  # (B,)
     dist = torch.cat([residual, p[:, -1:]], 1)  # (B, gamma+1, V) the correction, then the bonus from p
-    t = sample(dist.gather(1, n[:, None, None].expand(-1, 1, dist.shape[-1]))[:, 0], generator)  # (B,)
+    t = sample(dist.gather(1, n[:, None, None].expand(-1, 1, dist.shape[-1]))[:, 0], generator, greedy)  # (B,)
     return accepted, t
 
 
@@ -65,13 +66,13 @@ def speculative_step(target: Model, draft: Model, t_cache, d_cache, batch: Batch
         inp, qs, xs = batch.last(lag), [], []  # (B, lag)
         for _ in range(gamma):
             qs.append(probabilities(draft(inp, d_cache)[:, -1], params))  # (B, V)
-            xs.append(sample(qs[-1], gen))  # (B,)
+            xs.append(sample(qs[-1], gen, params.greedy))  # (B,)
             inp = xs[-1][:, None]  # (B, 1)
         q, x = torch.stack(qs, 1), torch.stack(xs, 1)  # (B, gamma, V), (B, gamma)
     with timer("verify"):
         p = probabilities(target(torch.cat([batch.last(1), x], 1), t_cache), params)  # (B, gamma+1, V)
     with timer("accept"):
-        accepted, t = accept_reject(p, q, x, gen, accept_rate)  # (B, gamma), (B,)
+        accepted, t = accept_reject(p, q, x, gen, accept_rate, params.greedy)  # (B, gamma), (B,)
         n = accepted.sum(1)  # (B,)
         new = torch.cat([x, t[:, None]], 1).scatter(1, n[:, None], t[:, None])  # (B, gamma+1) x_1..x_n, t
         batch.emit(new, n + 1, drafted=torch.arange(gamma + 1, device=x.device) < n[:, None])
