@@ -15,7 +15,7 @@ def plot_speedup_vs_batch(curves: dict[str, list[tuple[float, float]]], compute_
     verification turns compute-bound.
     """
     from matplotlib.figure import Figure
-    from matplotlib.ticker import ScalarFormatter
+    from matplotlib.ticker import FuncFormatter
 
     fig = Figure(figsize=(7, 4.5), layout="constrained")
     ax = fig.add_subplot()
@@ -28,7 +28,7 @@ def plot_speedup_vs_batch(curves: dict[str, list[tuple[float, float]]], compute_
         ax.axvline(compute_bound_batch, color="gray", linestyle=":", linewidth=1,
                    label=f"verification compute-bound (batch {compute_bound_batch:.0f})")
     ax.set_xscale("log", base=2)
-    ax.xaxis.set_major_formatter(ScalarFormatter())  # 64, not 2^6
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:g}"))  # 64, not 2^6 or 64.0
     ax.set(xlabel="batch size (rows)", ylabel="speedup over plain decoding (x)", title=title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()

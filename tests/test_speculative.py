@@ -77,8 +77,8 @@ def test_the_distribution_test_can_fail(sharp_pair, monkeypatch):
     """A rule that forgets to resample from max(0, p - q) is caught by the same bound."""
     import minispec.speculative as spec
 
-    def accept_all(p, q, x, generator, accept_rate=None):
-        accepted, _ = accept_reject(p, q, x, generator, accept_rate=1.0)
+    def accept_all(p, q, x, generator, accept_rate=None, greedy=False):
+        accepted, _ = accept_reject(p, q, x, generator, accept_rate=1.0, greedy=greedy)
         return accepted, sample_from(p[:, -1], generator)
 
     from minispec.sampling import sample as sample_from
