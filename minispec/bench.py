@@ -174,7 +174,7 @@ class BenchConfig:
 def environment(device: torch.device, dtype: torch.dtype) -> dict:
     """What a result row needs to be reproduced: hardware, dtype, versions, git revision."""
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+        rev = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
                              cwd=Path(__file__).parent, timeout=5).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         rev = None
@@ -287,7 +287,7 @@ def hf_assisted_baseline(target_dir, draft_dir, prompt: list[int], max_new_token
                          repeats: int = 3) -> dict:
     """transformers' ``generate(assistant_model=...)`` (greedy, batch 1, constant gamma) against
     minispec on the same checkpoints and prompt: tokens compared, tokens/s ratio."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, GenerationConfig
 
     from minispec.load import load
 
@@ -297,13 +297,14 @@ def hf_assisted_baseline(target_dir, draft_dir, prompt: list[int], max_new_token
     hf_d.generation_config.update(num_assistant_tokens=gamma, num_assistant_tokens_schedule="constant",
                                   assistant_confidence_threshold=0.0)
     ids = torch.tensor([prompt])
-    kw = dict(max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0)
+    gen_cfg = GenerationConfig(max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens, do_sample=False,
+                               pad_token_id=0)
     ms_t, _ = load(target_dir)
     ms_d, _ = load(draft_dir)
 
     def hf_run():
         with torch.inference_mode():
-            return hf_t.generate(ids, assistant_model=hf_d, **kw)[0, len(prompt):].tolist()
+            return hf_t.generate(ids, generation_config=gen_cfg, assistant_model=hf_d)[0, len(prompt):].tolist()
 
     def ms_run():
         return speculative_generate(ms_t, ms_d, [prompt], gamma=gamma, max_new_tokens=max_new_tokens).tokens[0]
@@ -396,18 +397,18 @@ def cli_main(args: argparse.Namespace) -> None:
     if args.plot:
         from minispec.plots import plot_speedup_vs_batch
 
-        curves = {f"modelled, gamma {r['gamma']}": [] for r in rows}
-        measured = {f"measured, gamma {r['gamma']}": [] for r in rows}
+        curves, measured = {}, {}
         for r in rows:
-            curves[f"modelled, gamma {r['gamma']}"].append((r["batch_size"], r["modelled_speedup"]))
-            measured[f"measured, gamma {r['gamma']}"].append((r["batch_size"], r["speedup"]))
+            key = f"gamma {r['gamma']}, temperature {r['temperature']:g}"
+            curves.setdefault(key, []).append((r["batch_size"], r["modelled_speedup"]))
+            measured.setdefault(key, []).append((r["batch_size"], r["speedup"]))
         plot_speedup_vs_batch(curves, title=f"{args.target} / {args.draft} on {hw.name}",
                               measured=measured).savefig(args.plot, dpi=120)
     if args.hf_baseline:
         from minispec.load import _resolve
 
         res = hf_assisted_baseline(_resolve(args.target), _resolve(args.draft),
-                                   prompts_for(1, cfg.prompt_len, 256, text)[0], cfg.max_new_tokens, cfg.gammas[0])
+                                   prompts_for(1, cfg.prompt_len, 256, text)[0], cfg.max_new_tokens, max(cfg.gammas))
         print(json.dumps(res))
         if args.out:
             with open(Path(args.out).with_name("hf_baseline.json"), "w") as f:

@@ -11,6 +11,8 @@ def plot_speedup_vs_batch(curves: dict[str, list[tuple[float, float]]], compute_
                           title: str = "", measured: dict[str, list[tuple[float, float]]] | None = None):
     """Speedup against batch (log2 axis): modelled ``curves`` as lines, ``measured`` as markers.
 
+    A measured series under the same key as a curve takes that curve's colour.
+
     A horizontal line marks break-even (speedup 1.0), a vertical one the batch at which
     verification turns compute-bound.
     """
@@ -19,10 +21,13 @@ def plot_speedup_vs_batch(curves: dict[str, list[tuple[float, float]]], compute_
 
     fig = Figure(figsize=(7, 4.5), layout="constrained")
     ax = fig.add_subplot()
+    measured, colour = measured or {}, {}
     for label, points in curves.items():
-        ax.plot(*zip(*points, strict=True), label=label)
-    for label, points in (measured or {}).items():
-        ax.plot(*zip(*points, strict=True), "o", label=label)
+        (line,) = ax.plot(*zip(*points, strict=True), label=label + (", modelled" if label in measured else ""))
+        colour[label] = line.get_color()
+    for label, points in measured.items():
+        ax.plot(*zip(*points, strict=True), "o", color=colour.get(label),
+                label=label + (", measured" if label in colour else ""))
     ax.axhline(1.0, color="gray", linestyle="--", linewidth=1, label="break-even (1.0x)")
     if compute_bound_batch is not None:
         ax.axvline(compute_bound_batch, color="gray", linestyle=":", linewidth=1,
