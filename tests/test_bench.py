@@ -77,3 +77,18 @@ def test_unknown_shape_is_named():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_device_hardware_preset_on_gpu():
     assert bench.device_hardware("cuda").name
+
+
+def test_compiled_models_decode_the_same_greedy_tokens():
+    """--compile (static caches, fixed shapes) changes the speed, never the tokens."""
+    from conftest import random_model as tiny
+    from minispec import generate, speculative_generate
+    from minispec.bench import compile_model
+
+    target, draft = tiny(seed=0), tiny(seed=1, layers=1, hidden=32, heads=2, kv_heads=1)
+    prompts = [[1, 2, 3, 4], [5, 6, 7, 8]]  # one prompt length: every call below has a shape seen before
+    plain = generate(target, prompts, max_new_tokens=8).tokens
+    spec = speculative_generate(target, draft, prompts, gamma=2, max_new_tokens=8).tokens
+    compile_model(target), compile_model(draft)
+    assert speculative_generate(target, draft, prompts, gamma=2, max_new_tokens=8).tokens == spec
+    assert generate(target, prompts, max_new_tokens=8).tokens == plain
