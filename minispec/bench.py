@@ -434,9 +434,10 @@ def course_models(device=None) -> dict:
     from minispec.train import sample_text
 
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    target, tok = load(os.environ.get("MINISPEC_TARGET", "tiny-code-target"), device=device)
+    name = os.environ.get("MINISPEC_TARGET", "tiny-code-target")
+    target, tok = load(name, device=device)
     if tok is None:
-        raise ValueError(f"{os.environ['MINISPEC_TARGET']} has no tokenizer files (tokenizer.json or "
+        raise ValueError(f"{name} has no tokenizer files (tokenizer.json or "
                          "tokenizer_config.json); the lessons need one to encode text")
     draft, _ = load(os.environ.get("MINISPEC_DRAFT", "tiny-code-draft"), device=device, dtype=target.dtype)
     prose_draft, _ = load("tiny-prose-draft", device=device, dtype=target.dtype)

@@ -103,19 +103,37 @@ def sample_text(kind: str) -> bytes:
     return (ASSETS / f"{kind}_heldout.txt").read_bytes()
 
 
-@torch.no_grad()
+def _windows(data: bytes, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Consecutive windows of ``data``: inputs and next-byte targets (N, T) each."""
+    x = torch.tensor(list(data), dtype=torch.long)
+    n = (len(x) - 1) // seq_len * seq_len
+    return x[:n].view(-1, seq_len), x[1 : n + 1].view(-1, seq_len)
+
+
+@torch.inference_mode()
+def _log_probs(model: Model, inp: torch.Tensor) -> torch.Tensor:
+    """Next-byte log-probabilities (N, T, V) of every window, 8 windows per forward pass."""
+    return torch.cat([model(inp[i : i + 8]).log_softmax(-1) for i in range(0, len(inp), 8)])
+
+
+def _acceptance(logp: torch.Tensor, logq: torch.Tensor) -> dict:
+    p, q = logp.exp(), logq.exp()  # (N, T, V) each
+    return {"greedy_match": (p.argmax(-1) == q.argmax(-1)).float().mean().item(),
+            "overlap": torch.minimum(p, q).sum(-1).mean().item()}
+
+
+def _nll(logp: torch.Tensor, tgt: torch.Tensor) -> float:
+    """Mean negative log-likelihood in nats of targets (N, T) under log-probabilities (N, T, V)."""
+    return -logp.gather(-1, tgt[..., None]).mean().item()
+
+
 def heldout_loss(model: Model, data: bytes, seq_len: int = 512) -> float:
     """Mean next-byte cross-entropy in nats per byte over consecutive windows of ``data``."""
     model.eval()
-    x = torch.tensor(list(data), dtype=torch.long)
-    n = (len(x) - 1) // seq_len * seq_len
-    inp, tgt = x[:n].view(-1, seq_len), x[1 : n + 1].view(-1, seq_len)  # (N, T) each
-    total = 0.0
-    for i in range(0, len(inp), 8):
-        logits = model(inp[i : i + 8])  # (b, T, V)
-        total += F.cross_entropy(logits.flatten(0, 1), tgt[i : i + 8].flatten(), reduction="sum").item()
+    inp, tgt = _windows(data, seq_len)
+    loss = _nll(_log_probs(model, inp), tgt)
     model.train()
-    return total / tgt.numel()
+    return loss
 
 
 def save_checkpoint(model: Model, out: Path, extra: dict | None = None) -> None:
@@ -212,25 +230,6 @@ def write_samples(prose_file: str | Path) -> None:
     (ASSETS / "prose_heldout.txt").write_bytes(held[:SAMPLE_BYTES])
 
 
-def _windows(data: bytes, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Consecutive windows of ``data``: inputs and next-byte targets (N, T) each."""
-    x = torch.tensor(list(data), dtype=torch.long)
-    n = (len(x) - 1) // seq_len * seq_len
-    return x[:n].view(-1, seq_len), x[1 : n + 1].view(-1, seq_len)
-
-
-@torch.inference_mode()
-def _log_probs(model: Model, inp: torch.Tensor) -> torch.Tensor:
-    """Next-byte log-probabilities (N, T, V) of every window, 8 windows per forward pass."""
-    return torch.cat([model(inp[i : i + 8]).log_softmax(-1) for i in range(0, len(inp), 8)])
-
-
-def _acceptance(logp: torch.Tensor, logq: torch.Tensor) -> dict:
-    p, q = logp.exp(), logq.exp()  # (N, T, V) each
-    return {"greedy_match": (p.argmax(-1) == q.argmax(-1)).float().mean().item(),
-            "overlap": torch.minimum(p, q).sum(-1).mean().item()}
-
-
 def teacher_forced_acceptance(target: Model, draft: Model, data: bytes, seq_len: int = 512) -> dict:
     """How well a draft predicts a target on ``data``, every position fed the true text.
 
@@ -250,14 +249,14 @@ def evaluate_embedded() -> dict:
 
     names = ("tiny-code-target", "tiny-code-draft", "tiny-prose-draft")
     models = {name: load(name)[0] for name in names}
-    out = {"heldout_loss": {name: {} for name in names}, "parameters": {}, "acceptance": {n: {} for n in names[1:]}}
+    out = {"heldout_loss": {name: {} for name in names},
+           "parameters": {name: m.config.num_parameters for name, m in models.items()},
+           "acceptance": {n: {} for n in names[1:]}}
     for kind in ("code", "prose"):
         inp, tgt = _windows(sample_text(kind), 512)
         logp = {name: _log_probs(m, inp) for name, m in models.items()}  # (N, T, V) each
         for name in names:
-            nll = -logp[name].gather(-1, tgt[..., None]).mean().item()
-            out["heldout_loss"][name][kind] = round(nll, 4)
-            out["parameters"][name] = models[name].config.num_parameters
+            out["heldout_loss"][name][kind] = round(_nll(logp[name], tgt), 4)
         for draft in names[1:]:
             acc = _acceptance(logp[names[0]], logp[draft])
             out["acceptance"][draft][kind] = {k: round(v, 4) for k, v in acc.items()}
