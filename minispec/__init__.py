@@ -8,12 +8,10 @@
 """
 
 from minispec.decode import GenerationResult, generate
+from minispec.hardware import H100_SXM, H200, Hardware
 from minispec.load import EMBEDDED, load
 from minispec.model import Model, ModelConfig
 from minispec.roofline import (
-                               H100_SXM,
-                               H200,
-                               Hardware,
                                ModelShape,
                                break_even_batch,
                                compute_bound_batch,

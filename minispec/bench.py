@@ -8,21 +8,20 @@ for this device (its ceilings measured here, by :func:`calibrate`). One JSONL ro
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import platform
 import statistics
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from minispec.decode import generate
+from minispec.hardware import Hardware, calibrate, device_hardware, median_time
 from minispec.model import Model, ModelConfig
-from minispec.roofline import HARDWARE, Hardware, ModelShape, leviathan_speedup, speculative_speedup
+from minispec.roofline import ModelShape, leviathan_speedup, speculative_speedup
 from minispec.speculative import speculative_generate
 
 # Random-weight shapes for systems measurements without a download (Hugging Face config names).
@@ -57,65 +56,7 @@ def random_model(shape: str, device="cpu", dtype=torch.float32, seed: int = 0) -
     return model.to(dtype).eval().requires_grad_(False)
 
 
-# --- calibration: this device's ceilings ------------------------------------------------------
-
-def _median_time(fn, device: torch.device, repeats: int = 5, warmup: int = 2) -> float:
-    """Median wall seconds of fn() over repeats, the device synchronised around each call."""
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(repeats):
-        sync()
-        t = time.perf_counter()
-        fn()
-        sync()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times)
-
-
-def measure_bandwidth(device="cpu", nbytes: int | None = None) -> float:
-    """Bytes/s of a large device-to-device copy, counting the read and the write."""
-    device = torch.device(device)
-    nbytes = nbytes or (2 << 30 if device.type == "cuda" else 256 << 20)
-    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).fill_(1.0)
-    dst = torch.empty_like(src)
-    return 2 * nbytes / _median_time(lambda: dst.copy_(src), device)
-
-
-def measure_flops(device="cpu", dtype=torch.float32, n: int | None = None) -> float:
-    """FLOP/s of an n x n matrix product in ``dtype``."""
-    device = torch.device(device)
-    n = n or (8192 if device.type == "cuda" else 1024)
-    a, b = (torch.randn(n, n, device=device).to(dtype) for _ in range(2))
-    return 2 * n**3 / _median_time(lambda: a @ b, device)
-
-
-@functools.cache
-def calibrate(device="cpu", dtype=torch.float32) -> Hardware:
-    """This device's roofline, from ceilings measured here (memory: the device's total)."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        name, memory = props.name, props.total_memory
-    else:
-        import os
-
-        name = f"{platform.processor() or platform.machine()} CPU x{torch.get_num_threads()}"
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return Hardware.from_measured(f"{name} (measured)", measure_bandwidth(device), measure_flops(device, dtype), memory)
-
-
-def device_hardware(device="cpu", dtype=torch.float32) -> Hardware:
-    """The datasheet preset of a known NVIDIA GPU, otherwise this device's measured ceilings."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        name = torch.cuda.get_device_name(device).lower()
-        for key in ("h200", "h100", "a100", "l4"):  # h200 before h100: names like "NVIDIA H200"
-            if key in name:
-                return HARDWARE[key]
-    return calibrate(str(device), dtype)
-
+# --- measured step times -----------------------------------------------------------------------
 
 def step_time(model: Model, batch: int, tokens_per_row: int = 1, context: int = 64, repeats: int = 5) -> float:
     """Median seconds of one cached forward pass of tokens_per_row tokens for each of batch rows
@@ -130,7 +71,7 @@ def step_time(model: Model, batch: int, tokens_per_row: int = 1, context: int = 
 
     cache.trim(context)
     with torch.inference_mode():
-        return _median_time(run, model.device, repeats)
+        return median_time(run, model.device, repeats)
 
 
 def step_time_table(target: Model, draft: Model, batches, gamma_max: int, context: int = 64, repeats: int = 5):
@@ -310,8 +251,8 @@ def hf_assisted_baseline(target_dir, draft_dir, prompt: list[int], max_new_token
         return speculative_generate(ms_t, ms_d, [prompt], gamma=gamma, max_new_tokens=max_new_tokens).tokens[0]
 
     hf_tokens, ms_tokens = hf_run(), ms_run()  # warm-up, and the tokens to compare
-    hf_s = _median_time(hf_run, torch.device("cpu"), repeats, warmup=0)
-    ms_s = _median_time(ms_run, torch.device("cpu"), repeats, warmup=0)
+    hf_s = median_time(hf_run, torch.device("cpu"), repeats, warmup=0)
+    ms_s = median_time(ms_run, torch.device("cpu"), repeats, warmup=0)
     return {"hf_tokens_per_s": max_new_tokens / hf_s, "minispec_tokens_per_s": max_new_tokens / ms_s,
             "minispec_over_hf": hf_s / ms_s, "identical_greedy_tokens": hf_tokens == ms_tokens, "gamma": gamma,
             "max_new_tokens": max_new_tokens, "prompt_len": len(prompt)}

@@ -18,7 +18,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from minispec.roofline import H100_SXM, LLAMA_8B, Hardware, ModelShape, _check, expected_tokens, speculative_speedup
+from minispec.hardware import H100_SXM, Hardware
+from minispec.roofline import LLAMA_8B, ModelShape, _check, expected_tokens, speculative_speedup
 
 
 @dataclass(kw_only=True)

@@ -10,7 +10,7 @@ One decode step of the target over ``T`` tokens for each of ``B`` rows takes
     bytes   = weight bytes + B * context * KV bytes per token
 
 a weight read plus every row's KV-cache read, against 2 FLOPs per parameter per token. With
-``context=0`` this is exactly the reference model in ``FACTS.md``. Left out: activations, kernel
+``context=0`` this is exactly the reference model (the README's reference figures). Left out: activations, kernel
 launch overhead, and attention FLOPs (about 4 * layers * heads * head_dim * context per token;
 attention does heads / kv_heads * T FLOPs per KV byte, far below every ridge here, so the KV read
 and not its FLOPs is what matters).
@@ -27,48 +27,10 @@ long context the KV read keeps large-batch decode memory-bound, so speculation p
 
 from __future__ import annotations
 
-import argparse
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-
-@dataclass(frozen=True)
-class Hardware:
-    """One accelerator's ceilings."""
-
-    name: str
-    memory_bandwidth: float  # bytes/s of HBM
-    peak_flops: float  # FLOP/s, dense BF16 tensor-core peak
-    memory_bytes: float  # bytes of HBM
-
-    def __post_init__(self):
-        for field in ("memory_bandwidth", "peak_flops", "memory_bytes"):
-            if not getattr(self, field) > 0:
-                raise ValueError(f"{field} must be positive, got {getattr(self, field)!r}")
-
-    @property
-    def ridge(self) -> float:
-        """FLOP/byte at which a kernel turns from memory-bound to compute-bound."""
-        return self.peak_flops / self.memory_bandwidth
-
-    @classmethod
-    def from_measured(cls, name: str, memory_bandwidth: float, peak_flops: float, memory_bytes: float) -> Hardware:
-        """Ceilings a benchmark measured itself (bytes/s of a large copy, FLOP/s of a large matmul, bytes)."""
-        return cls(name, memory_bandwidth, peak_flops, memory_bytes)
-
-
-# Datasheet figures; "GB" is decimal as NVIDIA prints it (the cards report a little more).
-# NVIDIA H100 Tensor Core GPU datasheet, SXM column: 3.35 TB/s HBM3, BF16 1,979 TFLOPS with sparsity
-# (989 dense), 80 GB.
-H100_SXM = Hardware("H100 SXM", memory_bandwidth=3.35e12, peak_flops=989e12, memory_bytes=80e9)
-# NVIDIA H200 Tensor Core GPU datasheet, SXM column: 4.8 TB/s HBM3e, BF16 1,979 TFLOPS with sparsity
-# (989 dense, the H100's compute), 141 GB.
-H200 = Hardware("H200", memory_bandwidth=4.8e12, peak_flops=989e12, memory_bytes=141e9)
-# NVIDIA A100 Tensor Core GPU datasheet, 80GB SXM column: 2,039 GB/s HBM2e, BF16 312 TFLOPS dense, 80 GB.
-A100_80GB = Hardware("A100 80GB SXM", memory_bandwidth=2.039e12, peak_flops=312e12, memory_bytes=80e9)
-# NVIDIA L4 Tensor Core GPU datasheet: 300 GB/s GDDR6, BF16 242 TFLOPS with sparsity (121 dense), 24 GB.
-L4 = Hardware("L4", memory_bandwidth=300e9, peak_flops=121e12, memory_bytes=24e9)
-HARDWARE = {"h100": H100_SXM, "h200": H200, "a100": A100_80GB, "l4": L4}
+from minispec.hardware import H100_SXM, Hardware
 
 
 @dataclass(frozen=True)
@@ -247,46 +209,3 @@ def max_batch(hardware: Hardware, target: ModelShape, context: int, draft: Model
     if per_row == 0:
         raise ValueError("the models have no KV bytes per token, so the batch is unbounded")
     return max(0, math.floor(free / per_row))
-
-
-def add_cli_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``minispec roofline``; the defaults are the reference model of FACTS.md."""
-    parser.add_argument("--hardware", choices=sorted(HARDWARE), default="h100", help="accelerator (default h100)")
-    parser.add_argument("--params", type=float, default=LLAMA_8B.params, help="target parameters (default 8e9)")
-    parser.add_argument("--bytes-per-param", type=float, default=2, help="2 = BF16 (default)")
-    parser.add_argument("--kv-bytes-per-token", type=float, default=LLAMA_8B.kv_bytes_per_token,
-                        help="KV-cache bytes per token, all layers (default 131072, Llama-3-8B in BF16)")
-    parser.add_argument("--alpha", type=float, default=0.8, help="acceptance rate (default 0.8)")
-    parser.add_argument("--gamma", type=int, default=4, help="draft tokens per step (default 4)")
-    parser.add_argument("--c", type=float, default=0.05, help="draft step cost / target step cost (default 0.05)")
-    parser.add_argument("--context", type=int, default=0, help="tokens in each row's KV cache (default 0)")
-    parser.add_argument("--batches", default="1,2,4,8,16,32,64,128,256", help="comma-separated batch sizes")
-    parser.add_argument("--plot", metavar="FILE", help="also save speedup against batch to FILE (e.g. .png)")
-
-
-def cli_main(args: argparse.Namespace) -> None:
-    """Print the speedup table, compute-bound and break-even batches; optionally save a plot."""
-    hw = HARDWARE[args.hardware]
-    model = ModelShape.from_params(args.params, args.bytes_per_param)
-    model = replace(model, kv_bytes_per_token=args.kv_bytes_per_token)
-    kw = dict(alpha=args.alpha, gamma=args.gamma, draft_cost=args.c, hardware=hw, model=model, context=args.context)
-    batches = [int(b) for b in args.batches.split(",")]
-    print(f"{hw.name}: {hw.memory_bandwidth / 1e12:.3g} TB/s, {hw.peak_flops / 1e12:.4g} TFLOP/s, "
-          f"ridge {hw.ridge:.0f} FLOP/byte; target {model.params / 1e9:.3g}B params x {model.bytes_per_param:g} B; "
-          f"alpha {args.alpha}, gamma {args.gamma}, c {args.c}, context {args.context}; "
-          f"E = {expected_tokens(args.alpha, args.gamma):.2f} tokens/row/step")
-    print(f"{'batch':>6} {'plain ms':>9} {'spec ms':>9} {'tokens/step':>12} {'speedup':>8}")
-    for row in speedup_table(batches, **kw):
-        print(f"{row['batch']:>6} {row['plain_ms']:>9.3f} {row['speculative_ms']:>9.3f} "
-              f"{row['tokens_per_step']:>12.1f} {row['speedup']:>7.2f}x")
-    cb = compute_bound_batch(args.gamma, hw, model, args.context)
-    print(f"verification ({args.gamma + 1} tokens/row) turns compute-bound at batch {cb:.1f}")
-    print(f"break-even (speedup 1.0) at batch {break_even_batch(**kw):.1f}")
-    if args.plot:
-        from minispec.plots import plot_speedup_vs_batch
-
-        grid = [2 ** (i / 8) for i in range(8 * math.ceil(math.log2(max(batches))) + 1)]
-        curve = [(B, speculative_speedup(B, **kw)) for B in grid]
-        label = f"alpha {args.alpha}, gamma {args.gamma}, c {args.c}, context {args.context}"
-        plot_speedup_vs_batch({label: curve}, cb, title=f"{model.name} on {hw.name}").savefig(args.plot, dpi=150)
-        print(f"saved {args.plot}")
