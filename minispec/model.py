@@ -74,8 +74,8 @@ class ModelConfig:
         return self.num_hidden_layers * layer + embeddings + C
 
     @property
-    def kv_bytes_per_token(self) -> int:
-        """Bytes of K and V one token adds to the cache, per unit of element size (x dtype bytes)."""
+    def kv_elements_per_token(self) -> int:
+        """Elements of K and V one token adds to the cache, all layers (times the cache dtype's bytes = bytes)."""
         return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim
 
     def to_hf_dict(self) -> dict:

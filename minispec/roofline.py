@@ -61,12 +61,12 @@ class ModelShape:
 
         The KV cache is assumed to be stored in the weights' dtype (``bytes_per_param`` per element).
         """
-        if not hasattr(cfg, "kv_bytes_per_token"):  # not a ModelConfig: read it as Hugging Face's
+        if not hasattr(cfg, "kv_elements_per_token"):  # not a ModelConfig: read it as Hugging Face's
             from minispec.model import config_from_hf
 
             cfg = config_from_hf(cfg)
         params = cfg.num_parameters
-        return cls(params, bytes_per_param, cfg.kv_bytes_per_token * bytes_per_param, f"{params / 1e9:.3g}B")
+        return cls(params, bytes_per_param, cfg.kv_elements_per_token * bytes_per_param, f"{params / 1e9:.3g}B")
 
     @classmethod
     def from_model(cls, model) -> ModelShape:

@@ -42,4 +42,4 @@ def test_size_in_bytes():
     model = random_model()  # 2 layers, 2 KV heads, head dim 16, float32
     cache = model.new_cache(batch_size=3, max_len=10)
     assert cache.nbytes == 2 * 2 * 3 * 2 * 10 * 16 * 4
-    assert cache.nbytes == 3 * 10 * model.config.kv_bytes_per_token * 4
+    assert cache.nbytes == 3 * 10 * model.config.kv_elements_per_token * 4
