@@ -5,28 +5,32 @@
     draft, _ = minispec.load("tiny-code-draft")
     out = minispec.speculative_generate(target, draft, [tok.encode("def main(")], gamma=4, max_new_tokens=64)
     print(tok.decode(out.tokens[0]), out.stats.acceptance_rate)
+
+Drafts that need no draft model: ``minispec.PromptLookupDraft()`` and ``minispec.LayerSkipDraft(target, n)``.
 """
 
 from minispec.decode import GenerationResult, generate
+from minispec.drafts import Draft, LayerSkipDraft, ModelDraft, PromptLookupDraft
 from minispec.hardware import H100_SXM, H200, Hardware
 from minispec.load import EMBEDDED, load
 from minispec.model import Model, ModelConfig
 from minispec.roofline import (
-                               ModelShape,
-                               break_even_batch,
-                               compute_bound_batch,
-                               expected_tokens,
-                               leviathan_speedup,
-                               speculative_speedup,
-                               step_time,
+    ModelShape,
+    break_even_batch,
+    compute_bound_batch,
+    expected_tokens,
+    leviathan_speedup,
+    speculative_speedup,
+    step_time,
 )
 from minispec.sampling import SamplingParams
-from minispec.speculative import speculative_generate
+from minispec.speculative import accept_reject, speculative_generate
 from minispec.stats import Stats
 from minispec.tokenizer import ByteTokenizer
 
 __all__ = [
-    "EMBEDDED", "H100_SXM", "H200", "ByteTokenizer", "GenerationResult", "Hardware", "Model", "ModelConfig",
-    "ModelShape", "SamplingParams", "Stats", "break_even_batch", "compute_bound_batch", "expected_tokens", "generate",
-    "leviathan_speedup", "load", "speculative_generate", "speculative_speedup", "step_time",
+    "EMBEDDED", "H100_SXM", "H200", "ByteTokenizer", "Draft", "GenerationResult", "Hardware", "LayerSkipDraft", "Model",
+    "ModelConfig", "ModelDraft", "ModelShape", "PromptLookupDraft", "SamplingParams", "Stats", "accept_reject",
+    "break_even_batch", "compute_bound_batch", "expected_tokens", "generate", "leviathan_speedup", "load",
+    "speculative_generate", "speculative_speedup", "step_time",
 ]

@@ -235,14 +235,31 @@ class Model(nn.Module):
             if "norm" not in name:
                 nn.init.normal_(p, std=0.02) if p.dim() == 2 else nn.init.zeros_(p)
         self.windows = sorted({b.window for b in self.layers}, key=lambda w: w or 0)
-        self.static_cache = False  # new caches attend over all slots (set by bench.compile_model)
+        self.static_cache = False  # set by compile(): caches then attend over all slots (fixed shapes)
 
-    def _apply(self, fn, recurse=True):
-        # .to(), .cuda(), .half() ... move the rotary buffer but keep it float32, as
-        # transformers does; rebuilding it also lets a model built on the meta device move.
-        self.inv_freq = rope_inv_freq(self.config)
-        super()._apply(fn, recurse)
-        self.inv_freq = rope_inv_freq(self.config).to(self.embed.weight.device)
+    @classmethod
+    def from_state_dict(cls, cfg: ModelConfig, state: dict[str, torch.Tensor], device="cpu",
+                        dtype: torch.dtype = torch.float32) -> Model:
+        """A model of ``cfg`` holding ``state`` (this module's names), built in place on ``device`` in
+        ``dtype`` with no random initialisation. The rotary frequencies stay float32, as transformers'
+        ``from_pretrained(dtype=...)`` keeps them (a later ``.to(dtype)`` casts them, as in transformers)."""
+        with torch.device("meta"):
+            model = cls(cfg)
+        missing = set(model.state_dict()) - set(state)
+        if missing:
+            raise ValueError(f"the checkpoint lacks weights {sorted(missing)[:5]}")
+        model.load_state_dict({k: v.to(device, dtype) for k, v in state.items()}, assign=True, strict=True)
+        if cfg.tie_word_embeddings:
+            model.lm_head.weight = model.embed.weight
+        model.inv_freq = rope_inv_freq(cfg).to(device)
+        return model.eval().requires_grad_(False)
+
+    def compile(self, mode: str = "reduce-overhead", **kwargs) -> Model:
+        """``torch.compile`` this model in place for fixed shapes (as gpt-fast does): caches it makes
+        from now on are static, attending over all S slots, so a decode or verify step keeps one shape
+        per batch size. Speed changes, tokens do not."""
+        self.static_cache = True
+        super().compile(mode=mode, dynamic=False, fullgraph=True, **kwargs)
         return self
 
     @property
@@ -253,20 +270,24 @@ class Model(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.embed.weight.dtype
 
-    def new_cache(self, batch_size: int, max_len: int) -> KVCache:
-        """A preallocated cache of ``max_len`` slots per row for this model."""
+    def new_cache(self, batch_size: int, max_len: int, static: bool | None = None,
+                  num_layers: int | None = None) -> KVCache:
+        """A preallocated cache of ``max_len`` slots per row, for the first ``num_layers`` layers (default
+        all). ``static`` (default: whether the model is compiled) makes attention span all slots."""
         cfg = self.config
-        return KVCache(cfg.num_hidden_layers, batch_size, cfg.num_key_value_heads, max_len, cfg.head_dim,
-                       device=self.device, dtype=self.dtype, static=self.static_cache)
+        return KVCache(num_layers or cfg.num_hidden_layers, batch_size, cfg.num_key_value_heads, max_len, cfg.head_dim,
+                       device=self.device, dtype=self.dtype, static=self.static_cache if static is None else static)
 
-    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None,
-                output_index: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None, output_index: torch.Tensor | None = None,
+                num_layers: int | None = None) -> torch.Tensor:
         """Logits for ``tokens`` (B, T).
 
         With a cache, row b's tokens take positions ``cache.lengths[b] + 0..T-1``; they are
         appended to the cache and ``cache.lengths`` grows by T. Without one, the tokens are a
         whole sequence from position 0. ``output_index`` (B, N) picks the positions whose
         logits are returned (B, N, V), e.g. each row's last prompt token; default all (B, T, V).
+        ``num_layers`` exits early: only the first layers run, then the final norm and LM head
+        (self-speculation, as in LayerSkip); the cache then holds those layers only.
         """
         B, T = tokens.shape
         if cache is None:
@@ -278,11 +299,11 @@ class Model(nn.Module):
             slots = torch.arange(cache.slots_in_use, device=tokens.device)  # (S',)
         visible = slots <= pos[:, None, :, None]  # (B, 1, T, S') causal: a query sees slots up to its position
         masks = {w: visible if w is None else visible & (slots > pos[:, None, :, None] - w) for w in self.windows}
-        freqs = pos[..., None].float() * self.inv_freq  # (B, T, D/2), float32 as in transformers
+        freqs = pos[..., None].float() * self.inv_freq.float()  # (B, T, D/2), float32 as in transformers
         emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # (B, 1, T, D)
         cos, sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)
         x = self.embed(tokens)  # (B, T, C)
-        for block in self.layers:
+        for block in self.layers[:num_layers]:
             x = block(x, cos, sin, masks, cache)
         if cache is not None:
             cache.end(T)

@@ -11,158 +11,140 @@ gamma+1 positions in one forward pass; x_i is accepted with probability min(1, p
 at a row's first rejection the next token is drawn from norm(max(0, p_i - q_i)); if all gamma
 are accepted a bonus token is drawn from p_{gamma+1}. Each row thus gains n+1 tokens, n its
 own number of accepted tokens, and the tokens have exactly the target's distribution p.
-Both caches roll back per row by moving lengths; nothing is copied.
-
-The draft cache re-reads the last ``lag`` tokens of each row at the start of a step (``lag``
-is 2 after a speculative step). Re-writing a slot it already holds is harmless (same token,
-same position), and it covers the case where all gamma tokens were accepted and the draft never
-saw x_gamma, without a per-row branch.
+The target's cache rolls back per row by moving lengths; nothing is copied.
 """
 
 from __future__ import annotations
 
 import torch
 
-from minispec.decode import Batch, GenerationResult, decode_step, prefill
+from minispec.decode import DecodeState, GenerationResult, decode_step, prefill
+from minispec.drafts import Draft, as_draft
+from minispec.hardware import device_hardware
 from minispec.model import Model
-from minispec.policy import FixedPolicy, GammaPolicy
-from minispec.sampling import SamplingParams, probabilities, sample
+from minispec.policy import FixedPolicy, GammaPolicy, auto_policy
+from minispec.roofline import ModelShape
+from minispec.sampling import ACCEPT, TARGET, SamplingParams, probabilities, sample, uniform
+
+AUTO_GAMMA_MAX = 8  # the longest draft gamma="auto" considers
 
 
-def accept_reject(p, q, x, generator, accept_rate: float | None = None, greedy: bool = False):
-    """The speculative-sampling rule for every row.
+def accept_reject(p, q, x, u, draw):
+    """The speculative-sampling rule, for every row; nothing else.
 
-    p (B, gamma+1, V) and q (B, gamma, V) are distributions, x (B, gamma) the draft tokens.
-    Returns accepted (B, gamma), the accepted prefix of each row, and t (B,), the token the
-    target adds: drawn from norm(max(0, p - q)) at the first rejection, or from p_{gamma+1}.
-    ``accept_rate`` (benchmarks only) replaces the test with Bernoulli(accept_rate) draws and
-    then draws t from p: the timing of a given alpha, not the target's distribution.
-    ``greedy``: p and q are one-hot (temperature 0), so t is their hot token (see ``sample``).
+    p (B, gamma+1, V): the target's distributions at the gamma draft positions and one more.
+    q (B, gamma, V): the draft's; x (B, gamma): the draft tokens; u (B, gamma): one uniform per
+    row and position; ``draw(weights)``: one token per row (B,) from unnormalised weights (B, V).
+
+    - accepted tokens: x_i is accepted if u_i < p_i(x_i) / q_i(x_i) and every earlier x was;
+    - recovered token: at a row's first rejection i, t ~ norm(max(0, p_i - q_i));
+    - bonus token: when all gamma are accepted, t ~ p_{gamma+1}.
+
+    Returns accepted (B, gamma), the accepted prefix of each row, and t (B,). A position where q
+    is all zero proposed nothing: q(x) = 0 is rejected and max(0, p - 0) = p, a plain draw.
     """
-    B, gamma = x.shape
-    u = torch.rand(B, gamma, generator=generator, device=x.device)  # (B, gamma) one uniform per row and position
-    if accept_rate is None:
-        p_x = p[:, :-1].gather(-1, x[..., None])[..., 0]  # (B, gamma)
-        q_x = q.gather(-1, x[..., None])[..., 0]  # (B, gamma) > 0: x was drawn from q
-        ok = u * q_x < p_x  # (B, gamma) u < min(1, p/q), with no division
-        residual = (p[:, :-1] - q).clamp_min(0)  # (B, gamma, V) max(0, p - q)
-        # Where p == q nothing is ever rejected and max(0, p - q) is all zero: fall back to p, no 0/0.
-        residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, p[:, :-1])
-    else:
-        ok, residual = u < accept_rate, p[:, :-1]
-    accepted = ok.cumprod(1).bool()  # (B, gamma) nothing after a row's first rejection counts
+    p_x = p[:, :-1].gather(-1, x[..., None])[..., 0]  # (B, gamma)
+    q_x = q.gather(-1, x[..., None])[..., 0]  # (B, gamma) > 0 for every proposed token
+    accepted = ((u * q_x < p_x) & (q_x > 0)).cumprod(1).bool()  # (B, gamma) u < p/q, up to the first rejection
     n = accepted.sum(1)  # (B,)
-    dist = torch.cat([residual, p[:, -1:]], 1)  # (B, gamma+1, V) the correction, then the bonus from p
-    t = sample(dist.gather(1, n[:, None, None].expand(-1, 1, dist.shape[-1]))[:, 0], generator, greedy)  # (B,)
+    residual = (p[:, :-1] - q).clamp_min(0)  # (B, gamma, V) max(0, p - q)
+    # Where p == q nothing is ever rejected and max(0, p - q) is all zero: fall back to p, no 0/0.
+    residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, p[:, :-1])
+    dist = torch.cat([residual, p[:, -1:]], 1)  # (B, gamma+1, V) the corrections, then the bonus from p
+    t = draw(dist.gather(1, n[:, None, None].expand(-1, 1, dist.shape[-1]))[:, 0])  # (B,)
     return accepted, t
 
 
-def speculative_step(target: Model, draft: Model, t_cache, d_cache, batch: Batch, gamma: int, lag: int,
-                     accept_rate: float | None = None) -> torch.Tensor:
-    """Draft, verify, accept, roll back: one step for every row. Returns accepted (B, gamma)."""
-    params, gen, timer = batch.params, batch.gen, batch.timer
+def speculative_step(target: Model, t_cache, draft: Draft, state: DecodeState, gamma: int, rule=accept_reject):
+    """Draft, verify, accept, roll back: one step for every row.
+
+    Returns accepted (B, gamma) and proposed (B, gamma): the draft tokens accepted, and those proposed.
+    """
+    timer = state.timer
     with timer("draft"):
-        d_cache.rollback((batch.total - lag).clamp_min(0))  # re-read the last `lag` tokens (see module doc)
-        inp, qs, xs = batch.last(lag), [], []  # (B, lag)
-        for _ in range(gamma):
-            qs.append(probabilities(draft(inp, d_cache)[:, -1], params))  # (B, V)
-            xs.append(sample(qs[-1], gen, params.greedy))  # (B,)
-            inp = xs[-1][:, None]  # (B, 1)
-        q, x = torch.stack(qs, 1), torch.stack(xs, 1)  # (B, gamma, V), (B, gamma)
+        q, x = draft.propose(state, gamma)  # (B, gamma, V), (B, gamma)
     with timer("verify"):
-        p = probabilities(target(torch.cat([batch.last(1), x], 1), t_cache), params)  # (B, gamma+1, V)
+        p = probabilities(target(torch.cat([state.last(1), x], 1), t_cache), state.params)  # (B, gamma+1, V)
     with timer("accept"):
-        accepted, t = accept_reject(p, q, x, gen, accept_rate, params.greedy)  # (B, gamma), (B,)
+        u = uniform(state.keys_now(ACCEPT, gamma))  # (B, gamma) one uniform per row and position
+        accepted, t = rule(p, q, x, u, lambda w: sample(w, state.draw_keys(TARGET)))  # (B, gamma), (B,)
         n = accepted.sum(1)  # (B,)
         new = torch.cat([x, t[:, None]], 1).scatter(1, n[:, None], t[:, None])  # (B, gamma+1) x_1..x_n, t
-        batch.emit(new, n + 1, drafted=torch.arange(gamma + 1, device=x.device) < n[:, None])
-        t_cache.rollback(batch.total - 1)  # keep what was accepted; finished rows stay put
-    return accepted
-
-
-def _check_pair(target: Model, draft: Model) -> None:
-    tv, dv = target.config.vocab_size, draft.config.vocab_size
-    if tv != dv:
-        raise ValueError(f"the draft and target must share a vocabulary: target has {tv} tokens, draft has {dv}")
-    if target.device != draft.device:
-        raise ValueError(f"target is on {target.device} but draft is on {draft.device}; move both to one device")
-    if target.dtype != draft.dtype:
-        raise ValueError(f"target is {target.dtype} but draft is {draft.dtype}; load both with the same dtype")
+        state.emit(new, n + 1, drafted=torch.arange(gamma + 1, device=x.device) < n[:, None])
+        t_cache.rollback(state.total - 1)  # keep what was accepted; finished rows stay put
+    return accepted, q.amax(-1) > 0
 
 
 @torch.inference_mode()
-def speculative_generate(target: Model, draft: Model, prompts, gamma: int | str | GammaPolicy = 4,
+def speculative_generate(target: Model, draft, prompts, gamma: int | str | GammaPolicy = 4,
                          max_new_tokens: int = 128, temperature: float = 0.0, top_k: int | None = None,
-                         top_p: float | None = None, seed: int | None = None, eos_token_id=None,
-                         accept_rate: float | None = None) -> GenerationResult:
+                         top_p: float | None = None, seed: int | list[int] | None = None, eos_token_id=None,
+                         rule=accept_reject) -> GenerationResult:
     """Speculative decoding of a batch; the output has the target's distribution exactly.
 
-    ``gamma``: draft tokens per step (>= 1); ``"auto"`` to let the default policy of
-    :func:`minispec.policy.auto_policy` choose it each step from the running batch size and
-    acceptance (0 = plain decoding for that step); or any :class:`GammaPolicy`.
-    ``accept_rate``: benchmarks only, see :func:`accept_reject`; the stats say ``synthetic``.
-    Returns the same :class:`GenerationResult` as :func:`minispec.generate`, with speculative
-    stats and ``.accepted`` marking which output tokens were accepted draft tokens.
+    ``draft``: a smaller :class:`Model` sharing the target's vocabulary, or a :class:`Draft`
+    (``PromptLookupDraft()``, ``LayerSkipDraft(target, n)``). ``gamma``: draft tokens per step
+    (>= 1); ``"auto"`` to let the roofline policy choose it each step from the running batch size
+    and acceptance (0 = a plain step), on this device's preset or calibration; or any
+    :class:`GammaPolicy`. ``seed`` as in :func:`minispec.generate`. ``rule``: the accept rule
+    (:func:`accept_reject`; benchmarks and the course swap in others, and the stats say
+    ``synthetic`` for a rule marked so). Returns the same :class:`GenerationResult` as
+    :func:`minispec.generate`, with speculative stats and ``.accepted`` marking accepted draft tokens.
     """
-    policy = _policy(gamma, target, draft)
-    _check_pair(target, draft)
-    if accept_rate is not None and not 0 <= accept_rate <= 1:
-        raise ValueError(f"accept_rate must be in [0, 1], got {accept_rate!r}")
-    params = SamplingParams(temperature, top_k, top_p)
-    G = policy.gamma_max
-    batch = Batch(target, prompts, max_new_tokens, params, seed, eos_token_id, slack=G + 1)
-    if batch.slots - G - 1 > draft.config.max_position_embeddings:
-        raise ValueError(f"the longest prompt plus max_new_tokens exceeds the draft's maximum length of "
-                         f"{draft.config.max_position_embeddings} positions")
-    t_cache, d_cache = target.new_cache(batch.batch_size, batch.slots), draft.new_cache(batch.batch_size, batch.slots)
-    with batch.timer("prefill"):
-        logits = prefill(target, batch, t_cache)  # (B, V)
-    with batch.timer("draft_prefill"):
-        prefill(draft, batch, d_cache)  # the draft reads every prompt too: a cost in TTFT
-    batch.first_token(logits)
-    dev = batch.device
-    proposed_at = torch.zeros(G, dtype=torch.long, device=dev)  # (G,) drafts that proposed position i
+    draft, policy = as_draft(draft), _policy(gamma)
+    G = AUTO_GAMMA_MAX if policy is None else policy.gamma_max
+    state = DecodeState(target, prompts, max_new_tokens, SamplingParams(temperature, top_k, top_p), seed,
+                        eos_token_id, slack=G + 1)
+    draft.check(target, state.slots - G - 1)
+    if policy is None:  # validated above; now the device's ceilings (a preset, or one calibration per process)
+        hardware = device_hardware(target.device, target.dtype)
+        policy = auto_policy(ModelShape.from_model(target), draft.shape, hardware, gamma_max=G)
+    policy.start()
+    t_cache = target.new_cache(state.batch_size, state.slots)
+    with state.timer("prefill"):
+        logits = prefill(target, state, t_cache)  # (B, V)
+    with state.timer("draft_prefill"):
+        draft.start(state)  # the draft reads every prompt too: a cost in TTFT
+    state.first_token(logits)
+    dev = state.device
+    proposed_at = torch.zeros(G, dtype=torch.long, device=dev)  # (G,) rows that proposed position i
     accepted_at = torch.zeros(G, dtype=torch.long, device=dev)  # (G,) of which accepted
     n_tested = torch.zeros((), dtype=torch.long, device=dev)  # draft tokens the accept test reached
-    gammas, lag, running = [], 2, batch.start_loop()
+    gammas, running = [], state.start_loop()
     while running:
         g = policy.choose(running)
         if g == 0:  # speculation off: a plain target step; the draft falls one more token behind
-            with batch.timer("decode"):
-                decode_step(target, t_cache, batch)
-            running, longest = batch.end_step()
-            lag += 1
+            with state.timer("decode"):
+                decode_step(target, t_cache, state)
+            end = state.end_step()
         else:
-            active = ~batch.done  # (B,)
-            accepted = speculative_step(target, draft, t_cache, d_cache, batch, g, lag, accept_rate) & active[:, None]
-            n = accepted.sum(1)  # (B,)
-            proposed_at[:g] += active.sum()
+            active = ~state.done[:, None]  # (B, 1)
+            accepted, proposed = speculative_step(target, t_cache, draft, state, g, rule)  # (B, g) each
+            accepted, proposed = accepted & active, proposed & active
+            proposed_at[:g] += proposed.sum(0)
             accepted_at[:g] += accepted.sum(0)
-            tested = (n + 1).clamp_max(g) * active  # (B,) positions the test reached: up to the first rejection
+            tested = torch.minimum(accepted.sum(1) + 1, proposed.sum(1))  # (B,) up to each row's first rejection
             n_tested += tested.sum()
-            running, longest, step_accepted, step_tested = batch.end_step(n.sum(), tested.sum())
-            policy.observe(step_accepted, step_tested)
-            lag = 2
+            end = state.end_step(accepted.sum(), tested.sum())
+            policy.observe(end.accepted, end.tested)
+        running = end.running
         gammas.append(g)
-        t_cache.trim(longest)
-        d_cache.trim(longest)
+        t_cache.trim(end.longest)
     proposed_at, accepted_at = proposed_at.tolist(), accepted_at.tolist()
     used = [i for i in range(G) if proposed_at[i]]
-    return batch.result(
-        gamma=gamma if isinstance(gamma, (int, str)) else type(gamma).__name__,
+    return state.result(
+        gamma=gamma if isinstance(gamma, (int, str)) else type(gamma).__name__, draft=repr(draft),
         num_drafts=proposed_at[0], draft_tokens=sum(proposed_at), accepted_tokens=sum(accepted_at),
-        tested_tokens=int(n_tested),
-        per_position_acceptance_rates=[accepted_at[i] / proposed_at[i] for i in used],
-        gamma_per_step=gammas, synthetic=accept_rate is not None)
+        tested_tokens=int(n_tested), per_position_acceptance_rates=[accepted_at[i] / proposed_at[i] for i in used],
+        gamma_per_step=gammas, synthetic=getattr(rule, "synthetic", False))
 
 
-def _policy(gamma, target: Model, draft: Model) -> GammaPolicy:
+def _policy(gamma) -> GammaPolicy | None:
+    """The policy for ``gamma``; None for "auto", which is built once the inputs are validated."""
     if isinstance(gamma, GammaPolicy):
         return gamma
     if gamma == "auto":
-        from minispec.policy import auto_policy
-
-        return auto_policy(target, draft)
+        return None
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
         raise ValueError(f"gamma must be an integer >= 1, 'auto' or a GammaPolicy, got {gamma!r}")
     return FixedPolicy(gamma)

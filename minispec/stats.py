@@ -41,13 +41,14 @@ class Stats:
     row_tpot_s: list[float] = field(repr=False)  # TPOT of each row (nan for a one-token row)
     # Speculative decoding only (None for plain decoding):
     gamma: int | str | None = None  # draft length, or "auto"
-    num_drafts: int | None = None  # (row, step) pairs that drafted
-    draft_tokens: int | None = None  # tokens proposed by the draft
+    draft: str | None = None  # what drafted, e.g. "PromptLookupDraft(max_ngram=3, min_ngram=1)"
+    num_drafts: int | None = None  # (row, step) pairs that proposed at least one token
+    draft_tokens: int | None = None  # tokens proposed by the draft (a prompt-lookup row without a match proposes none)
     accepted_tokens: int | None = None  # draft tokens the target accepted
     tested_tokens: int | None = None  # draft tokens the accept test reached (up to each row's first rejection)
     per_position_acceptance_rates: list[float] | None = None  # share of drafts accepted at position i
     gamma_per_step: list[int] | None = field(default=None, repr=False)  # the gamma each step used
-    synthetic: bool = False  # acceptance replaced by Bernoulli(accept_rate) draws (benchmarks only)
+    synthetic: bool = False  # the accept rule was a synthetic one (bench's Bernoulli(alpha) acceptance), not exact
 
     @property
     def acceptance_rate(self) -> float | None:

@@ -32,10 +32,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from minispec.load import EMBEDDED, load, sample_text
 from minispec.model import Model, ModelConfig, to_hf_state_dict
-
-ASSETS = Path(__file__).parent / "assets"
-SAMPLE_BYTES = 24 * 1024  # size of each shipped held-out sample
 
 
 @dataclass(frozen=True)
@@ -96,11 +94,6 @@ def corpus(kind: str, prose_file: str | Path | None = None) -> tuple[bytes, byte
         train, held = prose_verses(prose_file)
         return train.encode(), held.encode()
     raise ValueError(f"unknown corpus {kind!r} (code, prose)")
-
-
-def sample_text(kind: str) -> bytes:
-    """The shipped held-out sample of a corpus (``assets/<kind>_heldout.txt``)."""
-    return (ASSETS / f"{kind}_heldout.txt").read_bytes()
 
 
 def _windows(data: bytes, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -211,25 +204,6 @@ def train(name: str, out: str | Path, prose_file: str | Path | None = None, stop
     return record
 
 
-def write_samples(prose_file: str | Path) -> None:
-    """Write the shipped held-out samples (24 KiB each).
-
-    Code: 1.5 KiB of whole lines from the middle of each of the 16 held-out modules, so the
-    sample spans many files rather than one. Prose: the first 24 KiB of Revelation.
-    """
-    _, files = code_files()
-    per_file = SAMPLE_BYTES // len(files)
-    parts = []
-    for f in files:
-        text = f.read_bytes()
-        start = text.index(b"\n", len(text) // 2) + 1
-        piece = text[start : start + per_file]
-        parts.append(piece[: piece.rindex(b"\n") + 1])
-    (ASSETS / "code_heldout.txt").write_bytes(b"".join(parts))
-    _, held = corpus("prose", prose_file)
-    (ASSETS / "prose_heldout.txt").write_bytes(held[:SAMPLE_BYTES])
-
-
 def teacher_forced_acceptance(target: Model, draft: Model, data: bytes, seq_len: int = 512) -> dict:
     """How well a draft predicts a target on ``data``, every position fed the true text.
 
@@ -245,9 +219,7 @@ def teacher_forced_acceptance(target: Model, draft: Model, data: bytes, seq_len:
 def evaluate_embedded() -> dict:
     """The model card's figures, from the shipped checkpoints and samples only (each model reads
     each sample once)."""
-    from minispec.load import load
-
-    names = ("tiny-code-target", "tiny-code-draft", "tiny-prose-draft")
+    names = EMBEDDED
     models = {name: load(name)[0] for name in names}
     out = {"heldout_loss": {name: {} for name in names},
            "parameters": {name: m.config.num_parameters for name, m in models.items()},
@@ -261,70 +233,3 @@ def evaluate_embedded() -> dict:
             acc = _acceptance(logp[names[0]], logp[draft])
             out["acceptance"][draft][kind] = {k: round(v, 4) for k, v in acc.items()}
     return out
-
-
-def write_model_card() -> dict:
-    """Evaluate the shipped models and write ``assets/evaluation.json`` and ``assets/README.md``."""
-    ev = evaluate_embedded()
-    (ASSETS / "evaluation.json").write_text(json.dumps(ev, indent=2) + "\n")
-    runs = {n: json.loads((ASSETS / n / "training.json").read_text()) for n in PRESETS}
-    shape = lambda c: (f"{c.num_hidden_layers} layer{'s' * (c.num_hidden_layers > 1)}, hidden {c.hidden_size}, "  # noqa: E731
-                       f"{c.num_attention_heads} heads "
-                       f"({c.num_key_value_heads} KV), head dim {c.head_dim}, MLP {c.intermediate_size}")
-    rows = "\n".join(
-        f"| `{n}` | {PRESETS[n].corpus} | {shape(PRESETS[n].model)} | {ev['parameters'][n]:,} | {r['steps']} x "
-        f"{PRESETS[n].batch_size} x {PRESETS[n].seq_len} bytes | {r['seconds'] / 60:.0f} min "
-        f"({r['threads']} thread{'s' * (r['threads'] > 1)}) | "
-        f"{ev['heldout_loss'][n]['code']:.3f} | {ev['heldout_loss'][n]['prose']:.3f} |" for n, r in runs.items())
-    cols = ["model", "corpus", "shape", "parameters", "training (steps x batch x length)", "time on 2 CPU cores",
-            "held-out code loss", "held-out prose loss"]
-    header = "| " + " | ".join(cols) + " |\n" + "| --- " * len(cols) + "|"
-    acc = "\n".join(f"| `{d}` | {k} | {v['greedy_match']:.3f} | {v['overlap']:.3f} |"
-                    for d, by in ev["acceptance"].items() for k, v in by.items())
-    card = f"""# Embedded models: model card
-
-Three byte-level Llama models (vocabulary: the 256 byte values, no special tokens) that ship with
-minispec so that the demo, the tests and the lessons run offline. They are written in Hugging Face
-format (config.json + model.safetensors, `LlamaForCausalLM`), so transformers loads them too.
-Every figure below is computed by `minispec.train.write_model_card()` from the shipped files;
-`tests/test_embedded.py` recomputes it.
-
-{header}
-{rows}
-
-Losses are nats per byte on the shipped held-out samples `code_heldout.txt` (24 KiB: 1.5 KiB of whole
-lines from the middle of each of the 16 held-out standard-library modules) and `prose_heldout.txt`
-(the first 24 KiB of Revelation). Tied embeddings, RMSNorm eps 1e-6, rope theta 10,000, 512 positions.
-Training times are wall-clock on a shared 2-core machine that was doing other work at the same time;
-on an idle one the target takes about 1.8 s a step (one hour).
-
-## Acceptance against `tiny-code-target` (teacher-forced on the held-out samples)
-
-| draft | text | greedy match (temperature 0) | mean sum_v min(p, q) (temperature 1) |
-| --- | --- | --- | --- |
-{acc}
-
-Teacher forcing feeds both models the true text at every position: greedy match is the share of
-positions where their argmax agree, the second column the probability that speculative sampling
-accepts a draft token there. Greedy continuations of models this small fall into loops, which inflates
-acceptance measured on their own output; these figures are the honest ones.
-
-## Corpora and licences
-
-- **Code**: the top-level `*.py` modules of CPython 3.11.7's standard library (found through
-  `sysconfig.get_paths()["stdlib"]`), Python Software Foundation License. Modules whose file name has
-  CRC-32 = 0 mod 10 are held out (16 of 168). The bytes differ between Python versions, so retraining
-  reproduces these runs exactly only on Python 3.11.
-- **Prose**: the King James Bible (public domain), from Debian's `bible-kjv` package:
-  `apt-get install bible-kjv && bible -f "Gen1:1-Rev22:21" > kjv.txt`; verse references stripped,
-  the book of Revelation held out.
-
-## Training
-
-AdamW (betas 0.9, 0.95, weight decay 0.1 on matrices), peak learning rate 3e-3 after 100 warm-up
-steps, cosine decay to 10 %, gradient clipping at 1.0, seed 0, random windows of the training bytes.
-Reproduce with `minispec train <name> --out DIR [--prose-file kjv.txt]`; each `training.json` records
-the held-out loss every 100 steps, and `--stop-after N` retraces the first N steps of the same run.
-"""
-    (ASSETS / "README.md").write_text(card)
-    return ev

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import minispec
 from conftest import random_model
 from minispec.policy import FixedPolicy
-from minispec.sampling import SamplingParams, probabilities
+from minispec.sampling import SamplingParams, keys_at, probabilities, row_keys, row_seeds, sample, subkeys, uniform
 from minispec.speculative import accept_reject, speculative_generate
 
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], [12], [13, 14, 15, 16, 17], [3] * 20, [9, 8], [7] * 11, [60]]
@@ -40,14 +40,17 @@ def tv_bound(cells, samples, delta=1e-4):
     return 0.5 * math.sqrt((cells - 1) / samples) + math.sqrt(math.log(1 / delta) / (2 * samples))
 
 
-def empirical_tv(target, draft, params, gamma, samples=30_000, n=3, **kw):
-    prompt = [1, 3]
-    out = speculative_generate(target, draft, [prompt] * samples, gamma=gamma, max_new_tokens=n,
-                               temperature=params.temperature, top_k=params.top_k, top_p=params.top_p, seed=7, **kw)
+def empirical_tv(target, draft, params, gamma, samples=30_000, n=3, prompts=([1, 3],), **kw):
+    """Total variation between the first n tokens of ``samples`` rows (the prompts in turn, each
+    with its own share of rows) and the target's exact joint distribution of those prompts' mixture."""
+    rows = [list(prompts[i % len(prompts)]) for i in range(samples)]
+    out = speculative_generate(target, draft, rows, gamma=gamma, max_new_tokens=n, temperature=params.temperature,
+                               top_k=params.top_k, top_p=params.top_p, seed=7, **kw)
     t = torch.tensor(out.tokens)  # (samples, n)
     index = sum(t[:, i] * V ** (n - 1 - i) for i in range(n))
     freq = torch.bincount(index, minlength=V**n).double() / samples
-    return 0.5 * (freq - exact_joint(target, prompt, params, n).double()).abs().sum().item(), out
+    exact = sum(exact_joint(target, p, params, n).double() for p in prompts) / len(prompts)
+    return 0.5 * (freq - exact).abs().sum().item(), out
 
 
 @pytest.fixture(scope="module")
@@ -73,17 +76,22 @@ def test_output_has_the_target_distribution(sharp_pair, params, gamma):
     assert tv < tv_bound(V**3, 30_000), f"TV {tv:.4f} exceeds the sampling bound"
 
 
-def test_the_distribution_test_can_fail(sharp_pair, monkeypatch):
-    """A rule that forgets to resample from max(0, p - q) is caught by the same bound."""
-    import minispec.speculative as spec
+def test_prompts_of_different_lengths_keep_the_distribution(sharp_pair):
+    """Ragged rows (one, two and five prompt tokens) in one batch: each row still follows p."""
+    tv, _ = empirical_tv(*sharp_pair, SamplingParams(1.0), 3, prompts=([2], [1, 3], [4, 0, 2, 2, 1]))
+    assert tv < tv_bound(V**3, 30_000)
 
-    def accept_all(p, q, x, generator, accept_rate=None, greedy=False):
-        accepted, _ = accept_reject(p, q, x, generator, accept_rate=1.0, greedy=greedy)
-        return accepted, sample_from(p[:, -1], generator)
 
-    from minispec.sampling import sample as sample_from
-    monkeypatch.setattr(spec, "accept_reject", accept_all)
-    tv, _ = empirical_tv(*sharp_pair, SamplingParams(1.0), 4)
+def resample_from_p(p, q, x, u, draw):
+    """A wrong rule: after a rejection it draws from p instead of norm(max(0, p - q))."""
+    accepted, _ = accept_reject(p, q, x, u, draw)
+    n = accepted.sum(1)
+    return accepted, draw(p.gather(1, n[:, None, None].expand(-1, 1, p.shape[-1]))[:, 0])
+
+
+def test_the_distribution_test_can_fail(sharp_pair):
+    """A rule that resamples from p instead of max(0, p - q) is caught by the same bound."""
+    tv, _ = empirical_tv(*sharp_pair, SamplingParams(1.0), 4, rule=resample_from_p)
     assert tv > tv_bound(V**3, 30_000)
 
 
@@ -124,13 +132,19 @@ def test_identical_draft_accepts_everything(pair):
 
 # --- regression tests for bug classes seen in public implementations -----------------------
 
+def randomness(B, gamma, seed=0):
+    """Uniforms (B, gamma) and a draw function from the library's own counter-based generator."""
+    keys = row_keys(row_seeds(seed, B), "cpu")  # (B,)
+    return uniform(subkeys(keys, gamma)), lambda w: sample(w, keys_at(keys, 3, torch.zeros(B, dtype=torch.long)))
+
+
 def test_a_fresh_uniform_for_every_position():
     """With p/q = 1/2 at every position, a row accepts two tokens with probability 1/4, not 1/2."""
     B, gamma = 100_000, 2
     q = torch.tensor([0.5, 0.5, 0.0]).expand(B, gamma, 3)
     p = torch.tensor([0.25, 0.25, 0.5]).expand(B, gamma + 1, 3)
     x = torch.zeros(B, gamma, dtype=torch.long)
-    accepted, t = accept_reject(p, q, x, torch.Generator().manual_seed(0))
+    accepted, t = accept_reject(p, q, x, *randomness(B, gamma))
     both = accepted.all(1).double().mean().item()
     assert abs(both - 0.25) < 0.01
 
@@ -138,15 +152,26 @@ def test_a_fresh_uniform_for_every_position():
 def test_temperature_zero_never_divides_by_zero():
     p = torch.eye(4)[[2, 1, 3]][None]  # (1, 3, 4) one-hot target
     q = torch.eye(4)[[2, 0]][None]  # (1, 2, 4) one-hot draft: agrees, then disagrees
-    accepted, t = accept_reject(p, q, torch.tensor([[2, 0]]), torch.Generator().manual_seed(0))
+    accepted, t = accept_reject(p, q, torch.tensor([[2, 0]]), torch.zeros(1, 2), lambda w: w.argmax(-1))
     assert accepted.tolist() == [[True, False]] and t.tolist() == [1]
 
 
 def test_no_nan_when_p_equals_q():
     p = torch.softmax(torch.randn(64, 4, 10), -1)
     x = torch.multinomial(p[:, :3].reshape(-1, 10), 1).view(64, 3)
-    accepted, t = accept_reject(p, p[:, :3].clone(), x, torch.Generator().manual_seed(0))
+    accepted, t = accept_reject(p, p[:, :3].clone(), x, *randomness(64, 3))
     assert accepted.all() and not t.isnan().any() and (t >= 0).all()
+
+
+def test_a_position_with_no_proposal_is_a_plain_draw():
+    """q all zero at a position (a prompt-lookup row without a match) rejects it; t then follows p there."""
+    B = 200_000
+    p = torch.tensor([[0.1, 0.2, 0.7], [0.5, 0.25, 0.25]]).expand(B, 2, 3)
+    q = torch.zeros(B, 1, 3)
+    accepted, t = accept_reject(p, q, torch.zeros(B, 1, dtype=torch.long), *randomness(B, 1))
+    assert not accepted.any()
+    freq = torch.bincount(t, minlength=3).double() / B
+    assert (freq - torch.tensor([0.1, 0.2, 0.7], dtype=torch.double)).abs().max() < 0.005
 
 
 def test_top_p_is_applied_to_both_models(sharp_pair):
@@ -201,6 +226,7 @@ def test_dtype_mismatch(pair):
     assert draft.dtype == torch.float32
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_device_mismatch(pair):
     target, _ = pair
@@ -208,11 +234,11 @@ def test_device_mismatch(pair):
         speculative_generate(target, random_model(seed=1).cuda(), PROMPTS, max_new_tokens=4)
 
 
-def test_device_mismatch_is_checked_before_work(pair):
-    from types import SimpleNamespace
-
+def test_device_mismatch_is_checked_before_work(pair, monkeypatch):
     target, draft = pair
-    elsewhere = SimpleNamespace(config=draft.config, device=torch.device("meta"), dtype=draft.dtype)
+    with torch.device("meta"):
+        elsewhere = minispec.Model(draft.config)
+    monkeypatch.setattr(target, "forward", lambda *a, **k: pytest.fail("the target ran before validation"))
     with pytest.raises(ValueError, match="target is on cpu but draft is on meta"):
         speculative_generate(target, elsewhere, PROMPTS, max_new_tokens=4)
 
@@ -263,7 +289,7 @@ def test_roofline_policy_turns_speculation_off_at_large_batch(pair):
 def test_embedded_pair_greedy_batch_8():
     target, tok = minispec.load("tiny-code-target")
     draft, _ = minispec.load("tiny-code-draft")
-    from minispec.train import sample_text
+    from minispec.load import sample_text
 
     code = sample_text("code")
     prompts = [list(code[i * 700 : i * 700 + 10 + 9 * i]) for i in range(8)]  # 10 to 73 bytes
@@ -272,20 +298,170 @@ def test_embedded_pair_greedy_batch_8():
     assert spec.tokens == plain and spec.stats.acceptance_rate > 0.3
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_the_step_does_not_synchronise_with_the_host():
-    from minispec.decode import Batch, prefill
+@pytest.mark.parametrize("make_draft", [
+    lambda t: minispec.ModelDraft(random_model(seed=1, layers=1).cuda()),
+    lambda t: minispec.LayerSkipDraft(t, 1),
+    lambda t: minispec.PromptLookupDraft(),
+], ids=["model", "layerskip", "ngram"])
+def test_the_step_does_not_synchronise_with_the_host(make_draft):
+    from minispec.decode import DecodeState, prefill
     from minispec.speculative import speculative_step
 
-    target, draft = random_model(seed=0).cuda(), random_model(seed=1, layers=1).cuda()
+    target = random_model(seed=0).cuda()
+    draft = make_draft(target)
     for temperature in (0.0, 1.0):
-        batch = Batch(target, PROMPTS, 16, SamplingParams(temperature, top_p=0.9 if temperature else None), 0, None,
-                      slack=5)
-        t_cache, d_cache = target.new_cache(8, batch.slots), draft.new_cache(8, batch.slots)
-        batch.first_token(prefill(target, batch, t_cache))
-        prefill(draft, batch, d_cache)
+        state = DecodeState(target, PROMPTS, 16, SamplingParams(temperature, top_p=0.9 if temperature else None), 0,
+                            None, slack=5)
+        draft.check(target, state.slots)
+        t_cache = target.new_cache(8, state.slots)
+        state.first_token(prefill(target, state, t_cache))
+        draft.start(state)
+        state.start_loop()
         torch.cuda.set_sync_debug_mode("error")
         try:
-            speculative_step(target, draft, t_cache, d_cache, batch, 4, 2)
+            speculative_step(target, t_cache, draft, state, 4)
         finally:
             torch.cuda.set_sync_debug_mode("default")
+
+
+# --- seeded rows do not depend on their batch -----------------------------------------------
+
+@pytest.mark.parametrize("speculative", [False, True], ids=["plain", "speculative"])
+def test_a_seeded_row_is_the_same_alone_and_in_any_batch(pair, speculative):
+    target, draft = pair
+    others = [[4, 5, 6, 7, 8, 9, 10, 11], [12], [13, 14, 15, 16, 17], [3] * 20, [9, 8], [7] * 11, [60]]
+    row, seed = [1, 2, 3], 1234
+
+    def run(prompts, seeds):
+        kw = dict(max_new_tokens=20, temperature=1.0, top_p=0.95, seed=seeds)
+        if speculative:
+            return speculative_generate(target, draft, prompts, gamma=3, **kw).tokens
+        return minispec.generate(target, prompts, **kw).tokens
+
+    alone = run([row], [seed])[0]
+    first = run([row] + others, [seed] + list(range(7)))[0]
+    fifth = run(others[:4] + [row] + others[4:], list(range(4)) + [seed] + list(range(4, 7)))[4]
+    assert alone == first == fifth
+    assert alone != run([row], [seed + 1])[0]  # the seed matters: another seed, other tokens
+
+
+def test_an_int_seed_gives_each_row_its_own_stream(pair):
+    target, _ = pair
+    out = minispec.generate(target, [[5, 6]] * 3, max_new_tokens=12, temperature=1.0, seed=3).tokens
+    assert len({tuple(t) for t in out}) == 3
+    assert out[0] == minispec.generate(target, [[5, 6]], max_new_tokens=12, temperature=1.0, seed=3).tokens[0]
+
+
+def test_bad_seeds(pair):
+    target, _ = pair
+    with pytest.raises(ValueError, match="2 entries for 3 prompts"):
+        minispec.generate(target, [[1], [2], [3]], max_new_tokens=2, seed=[1, 2])
+    with pytest.raises(ValueError, match="seed"):
+        minispec.generate(target, [[1]], max_new_tokens=2, seed="7")
+
+
+# --- the other architectures ----------------------------------------------------------------
+
+@pytest.mark.parametrize("kw", [dict(sliding_window=(4, 4)), dict(qkv_bias=True, architecture="Qwen2ForCausalLM")],
+                         ids=["sliding-window", "qwen2"])
+def test_speculative_equals_plain_for_other_architectures(kw):
+    target = random_model(seed=3, logit_scale=10, **kw)
+    draft = random_model(seed=4, layers=1, logit_scale=10, **kw)
+    with torch.no_grad():  # non-zero biases, so a bias path that was skipped would show
+        for name, p in target.named_parameters():
+            if name.endswith("bias"):
+                p.normal_(0, 0.5)
+    plain = minispec.generate(target, PROMPTS, max_new_tokens=24).tokens
+    for d in (draft, minispec.LayerSkipDraft(target, 1), minispec.PromptLookupDraft()):
+        assert speculative_generate(target, d, PROMPTS, gamma=3, max_new_tokens=24).tokens == plain
+
+
+# --- drafts that need no draft model ---------------------------------------------------------
+
+REPEATS = ([1, 3, 1, 3, 1], [2, 2, 4, 2, 2], [0, 1, 2, 0, 1])  # every prompt ends in an n-gram seen before
+
+
+@pytest.mark.parametrize("params", [SamplingParams(1.0), SamplingParams(0.8, top_k=3)], ids=["T1", "T0.8-top3"])
+def test_prompt_lookup_is_exact_under_sampling(sharp_pair, params):
+    target, _ = sharp_pair
+    tv, out = empirical_tv(target, minispec.PromptLookupDraft(), params, 3, prompts=REPEATS)
+    assert out.stats.draft_tokens > 10_000 and 0.05 < out.stats.acceptance_rate < 0.95  # proposals were tested
+    assert tv < tv_bound(V**3, 30_000)
+
+
+def test_prompt_lookup_distribution_test_can_fail(sharp_pair):
+    target, _ = sharp_pair
+    tv, _ = empirical_tv(target, minispec.PromptLookupDraft(), SamplingParams(1.0), 3, prompts=REPEATS,
+                         rule=resample_from_p)
+    assert tv > tv_bound(V**3, 30_000)
+
+
+def test_prompt_lookup_proposes_the_continuation_of_the_latest_match():
+    """A row ending in "7 8" proposes what followed its most recent earlier "7 8"; a row with no
+    match proposes nothing, and the stats count only what was proposed."""
+    from minispec.decode import DecodeState
+
+    model = random_model(vocab=16)
+    prompts = [[7, 8, 1, 2, 3, 7, 8, 4, 5, 7, 8], [1, 2, 3, 4, 5]]
+    state = DecodeState(model, prompts, 4, SamplingParams(), 0, None)
+    draft = minispec.PromptLookupDraft(max_ngram=2)
+    draft.check(model, state.slots)
+    q, x = draft.propose(state, 3)
+    assert x[0].tolist() == [4, 5, 7] and q[0].sum(-1).tolist() == [1, 1, 1]
+    assert q[1].sum().item() == 0  # no earlier occurrence of any suffix n-gram
+    out = speculative_generate(model, draft, prompts, gamma=3, max_new_tokens=4)
+    assert out.tokens == minispec.generate(model, prompts, max_new_tokens=4).tokens
+
+
+def test_layer_skip_with_every_layer_accepts_everything_and_copies_nothing(pair):
+    target, _ = pair
+    draft = minispec.LayerSkipDraft(target, target.config.num_hidden_layers)
+    for temperature in (0.0, 1.0):
+        out = speculative_generate(target, draft, PROMPTS, gamma=4, max_new_tokens=21, temperature=temperature, seed=0)
+        assert out.stats.acceptance_rate == 1.0
+    target_storage = {p.data_ptr() for p in target.parameters()}
+    assert {p.data_ptr() for p in draft.model.parameters()} == target_storage and draft.model is target
+
+
+def test_layer_skip_with_fewer_layers_is_exact_and_cheaper(pair):
+    target, _ = pair
+    draft = minispec.LayerSkipDraft(target, 1)
+    assert draft.shape.params < minispec.ModelShape.from_model(target).params
+    plain = minispec.generate(target, PROMPTS, max_new_tokens=16).tokens
+    assert speculative_generate(target, draft, PROMPTS, gamma=2, max_new_tokens=16).tokens == plain
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda t: minispec.LayerSkipDraft(t, 0), "num_layers must be an integer from 1 to the target's 2 layers"),
+    (lambda t: minispec.LayerSkipDraft(t, 3), "num_layers must be an integer from 1 to the target's 2 layers"),
+    (lambda t: minispec.PromptLookupDraft(min_ngram=0), "min_ngram must be an integer >= 1"),
+    (lambda t: minispec.PromptLookupDraft(max_ngram=2, min_ngram=3), "min_ngram \\(3\\) must be at most max_ngram"),
+])
+def test_bad_drafts_are_named(pair, make, message):
+    with pytest.raises(ValueError, match=message):
+        make(pair[0])
+
+
+def test_layer_skip_needs_its_own_target(pair):
+    target, draft = pair
+    with pytest.raises(ValueError, match="the target it was built from"):
+        speculative_generate(target, minispec.LayerSkipDraft(draft, 1), PROMPTS, max_new_tokens=4)
+
+
+def test_auto_gamma_validates_before_any_calibration(pair, monkeypatch):
+    import minispec.hardware as hardware
+    import minispec.speculative as spec
+
+    def calibration(*a, **k):
+        raise AssertionError("calibration ran before the inputs were validated")
+
+    monkeypatch.setattr(hardware, "calibrate", calibration)
+    monkeypatch.setattr(spec, "device_hardware", calibration)
+    target, draft = pair
+    for prompts, message in (([[1, 99]], "outside the vocabulary"), ([[]], "prompt 0 is empty")):
+        with pytest.raises(ValueError, match=message):
+            speculative_generate(target, draft, prompts, gamma="auto", max_new_tokens=4)
+    with pytest.raises(AssertionError, match="calibration ran"):  # and with good input it is reached
+        speculative_generate(target, draft, [[1, 2]], gamma="auto", max_new_tokens=4)

@@ -1,0 +1,65 @@
+"""The baseline a user would pick instead: Hugging Face transformers' ``generate`` on the same
+checkpoint and prompt, plainly, with an assistant model, or with prompt lookup."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from minispec.decode import generate
+from minispec.drafts import PromptLookupDraft
+from minispec.hardware import median_time
+from minispec.load import load
+from minispec.speculative import speculative_generate
+
+
+def transformers_baseline(target_dir: str | Path, prompt: list[int], max_new_tokens: int = 128,
+                          draft: str | Path | None = None, gamma: int = 4, repeats: int = 3,
+                          eos_token_id: int | None = None) -> dict:
+    """Greedy decoding of one prompt at batch 1 by transformers and by minispec, side by side.
+
+    ``draft``: None for plain decoding, ``"ngram"`` for prompt lookup (transformers'
+    ``prompt_lookup_num_tokens=gamma`` with n-grams up to 3, minispec's ``PromptLookupDraft()``),
+    or a draft checkpoint directory (transformers' assisted generation with a constant
+    ``num_assistant_tokens=gamma``; minispec with ``gamma``). Both run on the CPU in float32 and
+    stop at ``eos_token_id`` (None: never). Returns tokens/s of each, their ratio, and whether the
+    tokens are identical.
+    """
+    from transformers import AutoModelForCausalLM, GenerationConfig
+
+    hf = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
+    target, _ = load(target_dir, dtype=torch.float32)
+    cfg = dict(max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eos_token_id,
+               pad_token_id=eos_token_id if eos_token_id is not None else 0)
+    hf_kw, ms_draft = {}, None
+    if draft == "ngram":
+        cfg |= dict(prompt_lookup_num_tokens=gamma, max_matching_ngram_size=3)
+        ms_draft = PromptLookupDraft()
+    elif draft is not None:
+        # A fixed draft length and no early stop on the draft's confidence, as minispec does.
+        cfg |= dict(num_assistant_tokens=gamma, num_assistant_tokens_schedule="constant",
+                    assistant_confidence_threshold=0.0)
+        hf_kw["assistant_model"] = AutoModelForCausalLM.from_pretrained(str(draft), dtype=torch.float32).eval()
+        ms_draft, _ = load(draft, dtype=torch.float32)
+    gen_cfg = GenerationConfig(**cfg)
+    ids = torch.tensor([prompt])
+
+    def hf_run():
+        with torch.inference_mode():
+            return hf.generate(ids, generation_config=gen_cfg, **hf_kw)[0, len(prompt):].tolist()
+
+    def ms_run():
+        kw = dict(max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
+        if ms_draft is None:
+            return generate(target, [prompt], **kw).tokens[0]
+        return speculative_generate(target, ms_draft, [prompt], gamma=gamma, **kw).tokens[0]
+
+    hf_tokens, ms_tokens = hf_run(), ms_run()  # warm-up, and the tokens to compare
+    hf_s = median_time(hf_run, torch.device("cpu"), repeats, warmup=0)
+    ms_s = median_time(ms_run, torch.device("cpu"), repeats, warmup=0)
+    return {"draft": "none" if draft is None else str(draft), "gamma": gamma if draft is not None else None,
+            "hf_tokens_per_s": len(hf_tokens) / hf_s, "minispec_tokens_per_s": len(ms_tokens) / ms_s,
+            "minispec_over_hf": (len(ms_tokens) / ms_s) / (len(hf_tokens) / hf_s),
+            "identical_greedy_tokens": hf_tokens == ms_tokens, "new_tokens": len(ms_tokens),
+            "max_new_tokens": max_new_tokens, "prompt_len": len(prompt), "threads": torch.get_num_threads()}
