@@ -3,10 +3,14 @@
 Notation as in :mod:`minispec.roofline`: alpha = acceptance rate of one draft token, gamma =
 draft tokens per step, c = draft step cost as a fraction of a target step.
 
-The loop calls ``choose(batch_size)`` before each step and ``observe(accepted, tested)`` after
-it. Each row tests its draft tokens in order until the first rejection, so a step's likelihood
-is alpha^accepted * (1 - alpha)^(tested - accepted), maximised by alpha = accepted / tested.
-The running estimate keeps those two counts with exponential decay (old evidence halves every
+The loop calls ``start()`` at the beginning of each call (which forgets the running estimate
+unless ``carry``), ``choose(batch_size)`` before each step and ``observe(accepted, tested)`` after
+it. A policy's ``speedup(batch, gamma)`` is what it predicts for one gamma; ``choose`` takes the
+best, and :func:`minispec.roofline.vllm_config_from_speedup` turns it into vLLM's table.
+
+Each row tests its draft tokens in order until the first rejection, so a step's likelihood is
+alpha^accepted * (1 - alpha)^(tested - accepted), maximised by alpha = accepted / tested. The
+running estimate keeps those two counts with exponential decay (old evidence halves every
 ``half_life_tokens`` tested tokens, so it follows a change of traffic) and adds a prior of
 ``prior_tokens`` pseudo-tokens at ``alpha0``:
 
@@ -24,13 +28,14 @@ from minispec.roofline import LLAMA_8B, ModelShape, _check, expected_tokens, spe
 
 @dataclass(kw_only=True)
 class GammaPolicy:
-    """Base: the running alpha estimate and the choice among gammas; subclasses define ``choose``."""
+    """Base: the running alpha estimate and the choice among gammas; subclasses define ``speedup`` (or ``choose``)."""
 
     gamma_max: int = 8  # longest draft considered
     alpha0: float = 0.8  # prior acceptance rate, before anything is observed
     prior_tokens: float = 16.0  # weight of the prior, in tested draft tokens
     half_life_tokens: float = 1000.0  # tested tokens after which old evidence counts half (inf: never forget)
     margin: float = 0.0  # hysteresis: keep the last gamma unless another's speedup beats it by this fraction
+    carry: bool = False  # keep the running estimate from one generate call to the next (same traffic)
     accepted: float = field(default=0.0, init=False)  # decayed count of accepted draft tokens
     tested: float = field(default=0.0, init=False)  # decayed count of tested draft tokens
     last_gamma: int | None = field(default=None, init=False)  # the previous choice
@@ -39,6 +44,11 @@ class GammaPolicy:
         _check(alpha=self.alpha0, gamma=self.gamma_max)
         if self.prior_tokens < 0 or not self.half_life_tokens > 0 or self.margin < 0:
             raise ValueError(f"need prior_tokens >= 0, half_life_tokens > 0, margin >= 0: {self}")
+
+    def start(self) -> None:
+        """At the start of a generate call: back to the prior (alpha0, no last gamma), unless ``carry``."""
+        if not self.carry:
+            self.accepted, self.tested, self.last_gamma = 0.0, 0.0, None
 
     @property
     def alpha(self) -> float:
@@ -54,9 +64,19 @@ class GammaPolicy:
         self.accepted = self.accepted * keep + accepted
         self.tested = self.tested * keep + tested
 
+    def speedup(self, batch: float, gamma: int, alpha: float | None = None) -> float:
+        """Predicted speedup of gamma at this batch and ``alpha`` (None: the running estimate); gamma 0 gives 1."""
+        raise NotImplementedError
+
+    def gammas(self) -> list[int]:
+        """The gammas ``choose`` considers."""
+        return list(range(self.gamma_max + 1))
+
     def choose(self, batch_size: int) -> int:
         """gamma for the next step at this batch size; 0 = speculation off."""
-        raise NotImplementedError
+        _check(batch=batch_size)
+        alpha = self.alpha
+        return self._pick(lambda g: self.speedup(batch_size, g, alpha), self.gammas())
 
     def _pick(self, speedup, gammas) -> int:
         """The gamma with the highest ``speedup(gamma)`` (the smallest on a tie; gamma 0 has speedup 1)."""
@@ -84,16 +104,28 @@ class FixedPolicy(GammaPolicy):
 
 @dataclass(kw_only=True)
 class RooflinePolicy(GammaPolicy):
-    """The gamma the roofline model predicts fastest at this batch and the running alpha."""
+    """The gamma the roofline model predicts fastest at this batch and the running alpha.
 
-    draft_cost: float = 0.05  # c
+    The draft costs ``draft_cost`` = c of a plain target step, or, given a ``draft`` shape, its own
+    step time (at most ``draft_kv_window`` KV tokens per row), as in :func:`~minispec.roofline.speculative_speedup`.
+    """
+
+    draft_cost: float = 0.05  # c, used when draft is None
     hardware: Hardware = H100_SXM
     model: ModelShape = LLAMA_8B  # the target
     context: float = 0  # tokens in each row's KV cache; the loop may update it
+    draft: ModelShape | None = None  # the draft's shape; c then follows from it at each batch and context
+    draft_kv_window: int | None = None  # KV tokens the draft reads per row at most (None: all)
 
-    def choose(self, batch_size: int) -> int:
-        alpha, args = self.alpha, (self.draft_cost, self.hardware, self.model, self.context)
-        return self._pick(lambda g: speculative_speedup(batch_size, alpha, g, *args), range(self.gamma_max + 1))
+    def __post_init__(self):
+        super().__post_init__()
+        _check(draft_cost=self.draft_cost, context=self.context, draft=self.draft,
+               draft_kv_window=self.draft_kv_window)
+
+    def speedup(self, batch: float, gamma: int, alpha: float | None = None) -> float:
+        return speculative_speedup(batch, self.alpha if alpha is None else alpha, gamma, self.draft_cost,
+                                   self.hardware, self.model, self.context, draft=self.draft,
+                                   draft_kv_window=self.draft_kv_window)
 
 
 def _interp(points: list[tuple[float, float]], x: float) -> float:
@@ -126,27 +158,27 @@ class MeasuredPolicy(GammaPolicy):
         self._draft = sorted(self.draft_step_s.items())
         if 1 not in self._target or not self._draft:
             raise ValueError("the table needs target steps with tokens_per_row = 1 and at least one draft step")
-        self._gammas = [g for g in range(self.gamma_max + 1) if g + 1 in self._target]
 
-    def choose(self, batch_size: int) -> int:
-        _check(batch=batch_size)
-        alpha, plain = self.alpha, _interp(self._target[1], batch_size)
-        draft = _interp(self._draft, batch_size)
-        return self._pick(lambda g: expected_tokens(alpha, g) * plain
-                          / (_interp(self._target[g + 1], batch_size) + g * draft), self._gammas)
+    def gammas(self) -> list[int]:
+        return [g for g in range(self.gamma_max + 1) if g + 1 in self._target]
+
+    def speedup(self, batch: float, gamma: int, alpha: float | None = None) -> float:
+        _check(batch=batch, gamma=gamma)
+        if gamma + 1 not in self._target:
+            raise ValueError(f"gamma {gamma} was not measured (no target steps with tokens_per_row = {gamma + 1})")
+        plain = _interp(self._target[1], batch)
+        verify, draft = _interp(self._target[gamma + 1], batch), _interp(self._draft, batch)
+        return expected_tokens(self.alpha if alpha is None else alpha, gamma) * plain / (verify + gamma * draft)
 
 
-def auto_policy(target, draft, gamma_max: int = 8, **kw) -> RooflinePolicy:
-    """The policy behind ``speculative_generate(..., gamma="auto")``.
+def auto_policy(target: ModelShape, draft: ModelShape | None, hardware: Hardware, gamma_max: int = 8,
+                **kw) -> RooflinePolicy:
+    """The policy behind ``speculative_generate(..., gamma="auto")``: a :class:`RooflinePolicy` for this pair.
 
-    A :class:`RooflinePolicy` for this pair: the target's shape from its config and dtype,
-    c = draft weight bytes / target weight bytes (both steps memory-bound), and the hardware
-    of the models' device: an NVIDIA preset matched by name, otherwise ceilings measured once
-    on this device (:func:`minispec.bench.device_hardware`). For gating from measured step
-    times instead, pass ``gamma=MeasuredPolicy(...)`` (see :func:`minispec.bench.measured_policy`).
+    ``target`` and ``draft`` are shapes (:meth:`ModelShape.from_model`), ``hardware`` the ceilings
+    of their device (the caller picks: a datasheet preset or a calibration); c follows from the
+    draft's own weights and KV at each batch and context. ``draft=None`` is a draft that costs
+    nothing (prompt lookup: c = 0). ``kw`` goes to :class:`RooflinePolicy` (alpha0, context, ...).
     """
-    from minispec.bench import device_hardware
-
-    t, d = ModelShape.from_model(target), ModelShape.from_model(draft)
-    kw = {"draft_cost": d.weight_bytes / t.weight_bytes, "hardware": device_hardware(target.device, target.dtype)} | kw
-    return RooflinePolicy(gamma_max=gamma_max, model=t, **kw)
+    kw = ({"draft": draft} if draft is not None else {"draft_cost": 0.0}) | kw
+    return RooflinePolicy(gamma_max=gamma_max, model=target, hardware=hardware, **kw)

@@ -4,8 +4,19 @@ import math
 
 import pytest
 
-from minispec.policy import FixedPolicy, MeasuredPolicy, RooflinePolicy
-from minispec.roofline import break_even_batch, speculative_speedup, step_time
+from minispec.hardware import H100_SXM, H200
+from minispec.policy import FixedPolicy, MeasuredPolicy, RooflinePolicy, auto_policy
+from minispec.roofline import (
+    LLAMA_1B,
+    LLAMA_8B,
+    best_gamma,
+    break_even_batch,
+    expected_tokens,
+    speculative_speedup,
+    step_time,
+    vllm_config_from_speedup,
+    vllm_speculative_config,
+)
 
 
 def test_off_above_the_largest_break_even_batch():
@@ -72,7 +83,58 @@ def test_measured_policy_agrees_with_the_roofline_when_fed_its_times():
 def test_measured_policy_only_considers_measured_draft_lengths():
     target = {(b, t): step_time(b, t) for b in (1, 64, 256) for t in (1, 3, 5)}  # gamma 0, 2 and 4
     policy = MeasuredPolicy(target, {1: 0.0002, 256: 0.0004})
-    assert policy.choose(1) == 4 and policy.choose(100) in (0, 2, 4)
+    assert policy.gammas() == [0, 2, 4]
+    # Batch 1: gamma 8 would be best (best_gamma), but 4 is the longest measured.
+    assert best_gamma(1) == 8 and policy.choose(1) == 4
+    # Batch 100, between the measured 64 and 256: interpolation is exact for gamma 4 (compute-bound at
+    # both ends: 5.18 -> 20.71 ms gives 8.09 ms) but not for gamma 2 (4.78 -> 12.43 ms gives 6.21 ms,
+    # the model 4.85 ms), so the sparse table picks 4 where the model picks 2.
+    draft_s = 0.0002 + 0.0002 * (100 - 1) / (256 - 1)  # interpolated draft step, s
+    assert policy.speedup(100, 4) == pytest.approx(speculative_speedup(100, 0.8, 4, draft_s / step_time(100)))
+    assert policy.choose(100) == 4 and best_gamma(100) == 2 and policy.choose(150) == 2
+    # Batch 256: only gamma 1 still pays (best_gamma), and it was not measured, so speculation goes off.
+    assert best_gamma(256) == 1 and policy.choose(256) == 0
+    with pytest.raises(ValueError, match="gamma 1 was not measured"):
+        policy.speedup(256, 1)
+
+
+def test_measured_step_times_make_the_same_vllm_table_as_the_model():
+    batches = range(1, 261)
+    target = {(b, t): step_time(b, t) for b in batches for t in range(1, 10)}  # the roofline's own times
+    measured = MeasuredPolicy(target, {b: 0.05 * step_time(b) for b in batches}, alpha0=0.8)
+    assert vllm_config_from_speedup(measured.speedup, 259, 8) == vllm_speculative_config(alpha=0.8, gamma_max=8)
+    table = vllm_config_from_speedup(lambda B, g: measured.speedup(B, g, alpha=0.3), 259, 8)
+    assert table["num_speculative_tokens"] < 8  # at alpha 0.3 a long draft never pays
+
+
+def test_start_forgets_the_running_estimate_unless_carry():
+    for carry in (False, True):
+        policy = RooflinePolicy(alpha0=0.8, carry=carry, margin=0.1)
+        policy.observe(accepted=10, tested=100)
+        policy.choose(1)
+        before = (policy.alpha, policy.last_gamma)
+        policy.start()
+        assert (policy.alpha, policy.last_gamma) == (before if carry else (0.8, None))
+        assert before[0] < 0.8
+
+
+def test_roofline_policy_with_a_draft_shape():
+    kw = dict(context=4096, draft=LLAMA_1B, draft_kv_window=512)
+    policy = RooflinePolicy(alpha0=0.8, **kw)
+    assert [policy.choose(B) for B in (1, 32, 96)] == [best_gamma(B, 0.8, 8, **kw) for B in (1, 32, 96)] == [5, 6, 4]
+    with pytest.raises(ValueError, match="draft_kv_window"):
+        RooflinePolicy(draft_kv_window=0, draft=LLAMA_1B)
+
+
+def test_auto_policy_takes_shapes_and_hardware():
+    policy = auto_policy(LLAMA_8B, LLAMA_1B, H200, gamma_max=6, context=4096)
+    assert (policy.gamma_max, policy.hardware, policy.draft, policy.context) == (6, H200, LLAMA_1B, 4096)
+    assert policy.choose(1) == best_gamma(1, 0.8, 6, hardware=H200, context=4096, draft=LLAMA_1B)
+    # At batch 1 and context 0 the draft shape's c is its weight-byte ratio, 2.48e9 / 16e9 = 0.155.
+    paired = auto_policy(LLAMA_8B, LLAMA_1B, H100_SXM)
+    assert paired.speedup(1, 4) == pytest.approx(speculative_speedup(1, 0.8, 4, 0.155))
+    lookup = auto_policy(LLAMA_8B, None, H100_SXM)  # prompt lookup: a draft that costs nothing, c = 0
+    assert lookup.draft_cost == 0 and lookup.speedup(1, 4) == pytest.approx(expected_tokens(0.8, 4))
 
 
 def test_fixed_policy_and_hysteresis():
