@@ -1,3 +1,5 @@
+"""``python -m minispec``: the same command line as ``minispec`` (see :mod:`minispec.cli`)."""
+
 import sys
 
 from minispec.cli import main

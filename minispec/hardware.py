@@ -8,7 +8,6 @@ picks the preset of a known GPU or, failing that, the calibration.
 
 from __future__ import annotations
 
-import functools
 import os
 import platform
 import statistics
@@ -84,20 +83,32 @@ def measure_flops(device="cpu", dtype=torch.float32, n: int | None = None) -> fl
     return 2 * n**3 / median_time(lambda: a @ b, device)
 
 
-@functools.cache
+_CALIBRATED: dict[tuple[str, torch.dtype], Hardware] = {}  # one calibration per (device, dtype) and process
+
+
 def calibrate(device="cpu", dtype=torch.float32) -> Hardware:
     """This device's roofline from ceilings measured here, once per process (memory: the device's total).
 
-    Takes about a second on a CPU (a 256 MiB copy, 1024 x 1024 matmuls) and a few on a GPU.
+    Takes about a second on a CPU (a 256 MiB copy, 1024 x 1024 matmuls) and a few on a GPU; later
+    calls return the first result.
     """
     device = torch.device(device)
-    if device.type == "cuda":
-        props = torch.cuda.get_device_properties(device)
-        name, memory = props.name, props.total_memory
-    else:
-        name = f"{platform.processor() or platform.machine()} CPU x{torch.get_num_threads()}"
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return Hardware(f"{name} (measured)", measure_bandwidth(device), measure_flops(device, dtype), memory)
+    key = (str(device), dtype)
+    if key not in _CALIBRATED:
+        if device.type == "cuda":
+            props = torch.cuda.get_device_properties(device)
+            name, memory = props.name, props.total_memory
+        else:
+            name = f"{platform.processor() or platform.machine()} CPU x{torch.get_num_threads()}"
+            memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        bandwidth, flops = measure_bandwidth(device), measure_flops(device, dtype)
+        _CALIBRATED[key] = Hardware(f"{name} (measured)", bandwidth, flops, memory)
+    return _CALIBRATED[key]
+
+
+def is_calibrated(device="cpu", dtype=torch.float32) -> bool:
+    """Whether :func:`calibrate` has already measured this device in this process."""
+    return (str(torch.device(device)), dtype) in _CALIBRATED
 
 
 def preset_for(device) -> Hardware | None:

@@ -78,6 +78,23 @@ class ModelConfig:
         """Elements of K and V one token adds to the cache, all layers (times the cache dtype's bytes = bytes)."""
         return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim
 
+    def _hf_windows(self) -> dict:
+        """The sliding-window keys of config.json, as each architecture names them."""
+        windows = self.sliding_window or (None,) * self.num_hidden_layers
+        if not any(windows):
+            return {"sliding_window": None} if self.architecture != "LlamaForCausalLM" else {}
+        if self.architecture == "MistralForCausalLM":
+            if len(set(windows)) != 1:
+                raise ValueError(f"Mistral has one sliding window for every layer, got {windows}")
+            return {"sliding_window": windows[0]}
+        if self.architecture == "Qwen2ForCausalLM":
+            sizes = {w for w in windows if w}
+            if len(sizes) != 1:
+                raise ValueError(f"Qwen2 has one sliding-window size, got {sorted(sizes)}")
+            return {"use_sliding_window": True, "sliding_window": sizes.pop(),
+                    "layer_types": ["sliding_attention" if w else "full_attention" for w in windows]}
+        raise ValueError(f"{self.architecture} has no sliding window; use MistralForCausalLM or Qwen2ForCausalLM")
+
     def to_hf_dict(self) -> dict:
         """The config.json Hugging Face's Llama/Mistral/Qwen2 classes read back to this shape."""
         rope = {"rope_type": self.rope_type, "rope_theta": self.rope_theta}
@@ -107,6 +124,7 @@ class ModelConfig:
             "tie_word_embeddings": self.tie_word_embeddings,
             "attention_bias": self.qkv_bias,
             "mlp_bias": self.mlp_bias,
+            **self._hf_windows(),
             "hidden_act": "silu",
             "bos_token_id": None,
             "eos_token_id": None,

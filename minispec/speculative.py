@@ -16,11 +16,13 @@ The target's cache rolls back per row by moving lengths; nothing is copied.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
 from minispec.decode import DecodeState, GenerationResult, decode_step, prefill
 from minispec.drafts import Draft, as_draft
-from minispec.hardware import device_hardware
+from minispec.hardware import device_hardware, is_calibrated, preset_for
 from minispec.model import Model
 from minispec.policy import FixedPolicy, GammaPolicy, auto_policy
 from minispec.roofline import ModelShape
@@ -97,6 +99,10 @@ def speculative_generate(target: Model, draft, prompts, gamma: int | str | Gamma
                         eos_token_id, slack=G + 1)
     draft.check(target, state.slots - G - 1)
     if policy is None:  # validated above; now the device's ceilings (a preset, or one calibration per process)
+        if preset_for(target.device) is None and not is_calibrated(target.device, target.dtype):
+            warnings.warn(f"gamma='auto' measures {target.device}'s bandwidth and FLOP/s once for this process "
+                          "(about a second); call minispec.hardware.calibrate() beforehand to do it up front",
+                          stacklevel=2)
         hardware = device_hardware(target.device, target.dtype)
         policy = auto_policy(ModelShape.from_model(target), draft.shape, hardware, gamma_max=G)
     policy.start()

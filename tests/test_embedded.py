@@ -1,14 +1,13 @@
 """The embedded model pair: loadable offline from the package, and as good as its model card says."""
 
 import json
-import time
 from pathlib import Path
 
 import pytest
 
 import minispec
-from minispec.load import _resolve
-from minispec.train import ASSETS, evaluate_embedded, train
+from minispec.load import ASSETS, _resolve
+from minispec.train import evaluate_embedded, train
 
 CARD = json.loads((ASSETS / "evaluation.json").read_text())
 TOLERANCE = 0.01  # figures recomputed here may differ from the card's in the last digits (thread counts, CPUs)
@@ -24,14 +23,11 @@ def test_all_three_load_from_the_package_alone():
 
 @pytest.fixture(scope="module")
 def figures():
-    start = time.perf_counter()
-    figs = evaluate_embedded()
-    return figs, time.perf_counter() - start
+    return evaluate_embedded()
 
 
 def test_model_card_figures_reproduce(figures):
-    figs, seconds = figures
-    assert seconds < 30
+    figs = figures
     for name, losses in CARD["heldout_loss"].items():
         for kind, loss in losses.items():
             assert figs["heldout_loss"][name][kind] == pytest.approx(loss, abs=TOLERANCE), (name, kind)
@@ -42,15 +38,15 @@ def test_model_card_figures_reproduce(figures):
 
 
 def test_target_is_clearly_better_than_its_draft(figures):
-    loss = figures[0]["heldout_loss"]
+    loss = figures["heldout_loss"]
     assert loss["tiny-code-target"]["code"] < loss["tiny-code-draft"]["code"] - 0.1  # nats per byte
-    params = figures[0]["parameters"]
+    params = figures["parameters"]
     assert params["tiny-code-target"] >= 3e6 and params["tiny-code-draft"] <= params["tiny-code-target"] / 10
     assert params["tiny-prose-draft"] == params["tiny-code-draft"]
 
 
 def test_domain_shift_gap(figures):
-    acc = figures[0]["acceptance"]
+    acc = figures["acceptance"]
     assert acc["tiny-code-draft"]["code"]["overlap"] >= 0.6
     assert acc["tiny-prose-draft"]["code"]["overlap"] <= 0.4
 
@@ -60,6 +56,7 @@ def test_shipped_size():
     assert total <= 25e6
 
 
+@pytest.mark.slow
 def test_retraining_the_draft_retraces_its_curve(tmp_path):
     """The first 100 steps of `minispec train tiny-code-draft` land on the shipped run's curve."""
     shipped = json.loads((ASSETS / "tiny-code-draft" / "training.json").read_text())

@@ -43,3 +43,19 @@ def test_size_in_bytes():
     cache = model.new_cache(batch_size=3, max_len=10)
     assert cache.nbytes == 2 * 2 * 3 * 2 * 10 * 16 * 4
     assert cache.nbytes == 3 * 10 * model.config.kv_elements_per_token * 4
+
+
+def test_a_static_cache_without_compile_gives_the_same_logits():
+    """static=True makes attention span all S slots (fixed shapes for torch.compile); the mask hides
+    the slots a row has not written, so the logits equal those of a growing cache."""
+    model = random_model()
+    g = torch.Generator().manual_seed(3)
+    prompt, steps = torch.randint(0, 64, (2, 6), generator=g), torch.randint(0, 64, (2, 4), generator=g)
+    out = {}
+    for static in (False, True):
+        cache = model.new_cache(2, 16, static=static)
+        with torch.no_grad():
+            logits = [model(prompt, cache)] + [model(steps[:, i : i + 1], cache) for i in range(4)]
+        out[static] = torch.cat(logits, 1)
+        assert cache.slots_in_use == (16 if static else 10)
+    assert (out[True] - out[False]).abs().max() < 1e-5

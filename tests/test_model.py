@@ -93,7 +93,7 @@ def test_unsupported_architecture_is_named(tmp_path):
 
 def test_unreachable_hub_says_how_to_pass_a_directory(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    with pytest.raises(ValueError, match="local directory"):
+    with pytest.raises(ValueError, match=r"hf download someone/\S+ --local-dir DIR.*--model DIR"):
         minispec.load("someone/some-model-that-is-not-cached")
 
 
@@ -102,3 +102,33 @@ def test_bad_source_is_named(tmp_path):
         minispec.load(tmp_path)
     with pytest.raises(ValueError, match="neither a directory"):
         minispec.load("no-such-model")
+
+
+@pytest.mark.parametrize("kw", [dict(tie_word_embeddings=True), dict(qkv_bias=True, architecture="Qwen2ForCausalLM"),
+                                dict(sliding_window=(5, 5), architecture="MistralForCausalLM"),
+                                dict(sliding_window=(None, 6), qkv_bias=True, architecture="Qwen2ForCausalLM")],
+                         ids=["llama-tied", "qwen2", "mistral", "qwen2-sliding"])
+def test_a_saved_checkpoint_round_trips_through_transformers(tmp_path, kw):
+    """minispec writes what transformers reads: save_checkpoint, then AutoModelForCausalLM, same logits."""
+    from transformers import AutoModelForCausalLM
+
+    from minispec.model import Model, ModelConfig
+    from minispec.train import save_checkpoint
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=16, max_position_embeddings=128, **kw)
+    ours = Model(cfg).eval()
+    with torch.no_grad():
+        for name, p in ours.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.normal_(1.0 if "norm" in name else 0.0, 0.2)
+    save_checkpoint(ours, tmp_path)
+    hf = AutoModelForCausalLM.from_pretrained(tmp_path, dtype=torch.float32).eval()
+    assert type(hf).__name__ == cfg.architecture
+    x = torch.randint(0, 97, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert (hf(x).logits - ours(x)).abs().max().item() <= 1e-4
+    again, _ = minispec.load(tmp_path)
+    with torch.no_grad():
+        assert torch.equal(again(x), ours(x))

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from minispec.sampling import SamplingParams, probabilities, sample
+from minispec.sampling import SamplingParams, keys_at, probabilities, row_keys, row_seeds, sample, uniform
 
 LOGITS = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0]])
 
@@ -34,13 +34,38 @@ def test_top_p_keeps_the_smallest_nucleus():
     assert torch.allclose(probabilities(LOGITS, SamplingParams(1.0, top_p=0.5))[0], torch.eye(5)[0])
 
 
+def keys(n, seed=0):
+    return row_keys(row_seeds(seed, n), "cpu")  # (n,)
+
+
 def test_sample_follows_unnormalised_weights():
     w = torch.tensor([1.0, 0.0, 3.0, 4.0])  # target 0.125, 0, 0.375, 0.5
-    g = torch.Generator().manual_seed(0)
-    draws = sample(w.expand(200_000, 4), g)
+    draws = sample(w.expand(200_000, 4), keys(200_000))
     freq = torch.bincount(draws, minlength=4) / 200_000
     assert freq[1] == 0
     assert torch.allclose(freq, w / w.sum(), atol=0.005)  # 4.5 sigma for p = 0.5 and 200,000 draws
+    assert torch.equal(sample(w.expand(5, 4), None), torch.full((5,), 3))  # no keys: the argmax (greedy)
+
+
+def test_counter_based_uniforms_are_uniform_and_independent():
+    u = uniform(keys(4096), 64)  # (4096, 64): 64 draws from each of 4096 row keys
+    assert 0 < u.min() and u.max() < 1
+    assert abs(u.mean().item() - 0.5) < 0.002 and abs(u.var().item() - 1 / 12) < 0.002
+    counts = torch.histc(u, bins=16, min=0, max=1)  # 16,384 expected per bin
+    assert ((counts - 16384).abs() < 5 * 128).all()  # 5 sigma, sigma = sqrt(16384 * 15/16) ~ 124
+    corr = torch.corrcoef(torch.stack([u[:, :-1].flatten(), u[:, 1:].flatten()]))[0, 1]
+    assert abs(corr.item()) < 0.01  # neighbouring draws of a row are uncorrelated
+    rows = torch.corrcoef(torch.stack([u[:-1].flatten(), u[1:].flatten()]))[0, 1]
+    assert abs(rows.item()) < 0.01  # and so are neighbouring rows
+
+
+def test_a_rows_numbers_depend_on_its_seed_stream_and_position_only():
+    a = keys_at(row_keys([7, 8, 9], "cpu"), 1, torch.tensor([5, 5, 5]))
+    b = keys_at(row_keys([9], "cpu"), 1, torch.tensor([5]))
+    assert a[2] == b[0] and len(set(a.tolist())) == 3
+    assert keys_at(row_keys([9], "cpu"), 2, torch.tensor([5])) != b  # another stream
+    assert keys_at(row_keys([9], "cpu"), 1, torch.tensor([6])) != b  # another position
+    assert row_seeds(3, 2) == row_seeds(3, 2) != row_seeds(4, 2) and row_seeds([1, 2], 2) == [1, 2]
 
 
 @pytest.mark.parametrize("kw", [dict(temperature=-1), dict(top_k=0), dict(top_k=2.5), dict(top_p=0), dict(top_p=1.01)])

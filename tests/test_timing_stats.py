@@ -7,25 +7,25 @@ from minispec.stats import latency_stats, percentile
 from minispec.timing import PhaseTimer
 
 
-def test_cpu_timer_accumulates_phases():
+def test_cpu_timer_adds_up_the_clock_around_each_phase(monkeypatch):
+    """Each phase adds perf_counter's difference around its block; phases accumulate separately."""
+    ticks = iter([1.0, 1.5, 2.0, 2.25, 10.0, 10.125])
+    monkeypatch.setattr(time, "perf_counter", lambda: next(ticks))
     timer = PhaseTimer("cpu")
-    for _ in range(3):
-        with timer("draft"):
-            time.sleep(0.01)
-    with timer("verify"):
-        pass
-    t = timer.totals()
-    assert 0.03 <= t["draft"] < 0.3 and t["verify"] < t["draft"]
-
-
-def test_disabled_timer_records_nothing_and_costs_little():
-    timer = PhaseTimer("cpu", enabled=False)
-    start = time.perf_counter()
-    for _ in range(10_000):
+    for _ in range(2):
         with timer("draft"):
             pass
-    assert timer.totals() == {}
-    assert (time.perf_counter() - start) / 10_000 < 20e-6  # a shared null context manager
+    with timer("verify"):
+        pass
+    assert timer.totals() == {"draft": 0.75, "verify": 0.125}
+
+
+def test_disabled_timer_records_nothing_and_reads_no_clock(monkeypatch):
+    monkeypatch.setattr(time, "perf_counter", lambda: (_ for _ in ()).throw(AssertionError("clock read")))
+    timer = PhaseTimer("cpu", enabled=False)
+    with timer("draft"):
+        pass
+    assert timer.totals() == {} and timer("draft") is timer("verify")  # one shared null context manager
 
 
 def test_percentile():
