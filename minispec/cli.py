@@ -207,6 +207,8 @@ def _bench(args) -> None:
         target.compile()
         getattr(draft, "model", draft).compile()
     tokens = _text_tokens(tok, args.prompts)
+    if args.vllm:
+        return _bench_vllm(args, cfg, target, draft, tokens, out)
     hw = device_hardware(target.device, target.dtype)
     print(f"device: {hw.name}: {hw.memory_bandwidth / 1e9:.1f} GB/s, {hw.peak_flops / 1e12:.2f} TFLOP/s "
           f"({target.dtype}), ridge {hw.ridge:.1f} FLOP/byte; prompts from "
@@ -237,7 +239,7 @@ def _bench(args) -> None:
     if args.hf_baseline:
         from minispec.baselines import transformers_baseline
         from minispec.bench import environment, prompts_for
-        from minispec.load import _resolve as resolve
+        from minispec.load import resolve
 
         draft_dir = args.draft if args.draft == "ngram" else resolve(args.draft)
         res = transformers_baseline(resolve(args.target), prompts_for(1, cfg.prompt_len, 0, tokens)[0],
@@ -247,6 +249,35 @@ def _bench(args) -> None:
         if out:
             out.with_name("hf_baseline.json").write_text(
                 json.dumps(res | environment(target.device, target.dtype), indent=2) + "\n")
+
+
+def _bench_vllm(args, cfg, target, draft, tokens, out) -> None:
+    """vLLM's dynamic speculation table from step times measured here: the target over 1..gamma_max+1
+    tokens per row and the draft at each batch, and alpha measured on the prompts (or --accept-rate)."""
+    import json
+
+    from minispec.bench import prompts_for, step_time_table
+    from minispec.policy import MeasuredPolicy
+    from minispec.roofline import vllm_config_from_speedup
+    from minispec.speculative import speculative_generate
+
+    if not hasattr(draft, "config"):
+        raise ValueError("--vllm measures a draft model's step time: pass a draft checkpoint, not ngram or layerskip")
+    gamma_max = max(cfg.gammas)
+    alpha = cfg.accept_rate
+    if alpha is None:  # measured on real text at batch 1, the exact rule
+        prompts = prompts_for(4, cfg.prompt_len, target.config.vocab_size, tokens, cfg.seed)
+        alpha = speculative_generate(target, draft, prompts, gamma=gamma_max, max_new_tokens=cfg.max_new_tokens,
+                                     temperature=cfg.temperatures[0], seed=cfg.seed).stats.alpha_estimate
+    policy = MeasuredPolicy(*step_time_table(target, draft, cfg.batches, gamma_max, cfg.prompt_len, cfg.repeats),
+                            gamma_max=gamma_max)
+    config = vllm_config_from_speedup(lambda B, g: policy.speedup(B, g, alpha), max(cfg.batches), gamma_max)
+    print(f"alpha {alpha:.3f} ({'--accept-rate' if cfg.accept_rate is not None else 'measured'}), step times "
+          f"measured at batches {','.join(map(str, cfg.batches))} (interpolated between), gamma 1..{gamma_max}",
+          file=sys.stderr)
+    print(json.dumps(config))
+    if out:
+        out.with_name("vllm_speculative_config.json").write_text(json.dumps(config, indent=2) + "\n")
 
 
 def _fmt(x):
@@ -277,6 +308,9 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--compile", action="store_true", help="torch.compile decode and verify with static shapes")
     p.add_argument("--hf-baseline", action="store_true",
                    help="also time transformers' generate at batch 1 on the same (embedded or local) pair")
+    p.add_argument("--vllm", action="store_true",
+                   help="instead of the sweep, print vLLM's num_speculative_tokens_per_batch_size from step times "
+                        "measured here (gamma up to the largest --gammas)")
 
 
 # --- roofline ---------------------------------------------------------------------------------

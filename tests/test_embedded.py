@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 import minispec
-from minispec.load import ASSETS, _resolve
+from minispec.load import ASSETS, resolve
 from minispec.train import evaluate_embedded, train
 
 CARD = json.loads((ASSETS / "evaluation.json").read_text())
@@ -16,7 +16,7 @@ TOLERANCE = 0.01  # figures recomputed here may differ from the card's in the la
 def test_all_three_load_from_the_package_alone():
     package = Path(minispec.__file__).parent
     for name in minispec.EMBEDDED:
-        assert _resolve(name).is_relative_to(package)
+        assert resolve(name).is_relative_to(package)
         model, tok = minispec.load(name)
         assert model.config.vocab_size == 256 and tok.decode(tok.encode("déf x:")) == "déf x:"
 
