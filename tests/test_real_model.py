@@ -248,3 +248,39 @@ def test_gguf_header_is_walked_past_metadata_arrays(tmp_path):
     path.write_bytes(b"GGML" + bytes(40))
     with pytest.raises(ValueError, match="not a readable GGUF file"):
         minispec.load(path)
+
+
+# --- drafts that need no draft model, on the real checkpoint ------------------------------------
+
+@pytest.fixture(scope="module")
+def plain_greedy(smollm2, prompts):
+    model, tok = smollm2
+    return {B: minispec.generate(model, prompts[:1] if B == 1 else (prompts * 2)[:4], max_new_tokens=24,
+                                 eos_token_id=tok.eos_token_id).tokens for B in (1, 4)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("draft", ["ngram", "layerskip:8"])
+def test_free_drafts_give_exactly_the_plain_greedy_tokens(smollm2, prompts, plain_greedy, draft):
+    """Batch 1, and batch 4 with ragged prompts (5 to 90 tokens): speculative tokens equal plain ones."""
+    model, tok = smollm2
+    d = minispec.PromptLookupDraft() if draft == "ngram" else minispec.LayerSkipDraft(model, 8)
+    for B, rows in ((1, prompts[:1]), (4, (prompts * 2)[:4])):
+        out = minispec.speculative_generate(model, d, rows, gamma=3, max_new_tokens=24, eos_token_id=tok.eos_token_id)
+        assert out.tokens == plain_greedy[B], (draft, B)
+        assert out.stats.draft_tokens > 0
+
+
+@pytest.mark.slow
+def test_prompt_lookup_accepts_most_tokens_while_a_passage_is_reproduced(smollm2):
+    """Asked to repeat a passage word for word, the model copies it; prompt lookup proposes the
+    passage's own continuation, so most proposed tokens are accepted (vLLM's count: accepted / proposed)."""
+    model, tok = smollm2
+    chat = tok.apply_chat_template([{"role": "user", "content": "Repeat this text exactly:\n\n" + PASSAGE}],
+                                   tokenize=True, add_generation_prompt=True)
+    prompt = list(chat["input_ids"] if hasattr(chat, "keys") else chat)
+    out = minispec.speculative_generate(model, minispec.PromptLookupDraft(), [prompt], gamma=6, max_new_tokens=48,
+                                        eos_token_id=tok.eos_token_id)
+    copied = tok.decode(out.tokens[0], skip_special_tokens=True)
+    assert copied[:60] in PASSAGE  # the model is reproducing the passage
+    assert out.stats.acceptance_rate > 0.8 and out.stats.mean_acceptance_length > 3
