@@ -189,6 +189,7 @@ def bench_point(target: Model, draft, prompts: list[list[int]], gamma: int, temp
         "num_drafts": s.num_drafts, "draft_tokens": s.draft_tokens, "accepted_tokens": s.accepted_tokens,
         "draft_cost_c": c, "verify_to_decode_step_ratio": verify_ratio,
         "phase_s": {k: statistics.median(r.stats.phase_s.get(k, 0.0) for r in runs["spec"]) for k in s.phase_s},
+        "plain_phase_s": {k: statistics.median(r.stats.phase_s[k] for r in runs["plain"]) for k in plain.stats.phase_s},
         "max_new_tokens": cfg.max_new_tokens, "prompt_len": cfg.prompt_len, "repeats": cfg.repeats,
         "seed": cfg.seed,
     }

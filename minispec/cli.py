@@ -110,8 +110,9 @@ def _demo(args) -> None:
         print(f"{name:24}{'':>12}{'-' if r[key] is None else format(r[key], '.2f'):>14}")
     rates = " ".join(f"{a:.2f}" for a in r["per_position_acceptance_rates"])
     print(f"{'per-position acceptance':24}{'':>12}  {rates}")
-    for phase, s in r["phase_s"].items():
-        print(f"{'time in ' + phase + ' ms':24}{'':>12}{1e3 * s:>14.1f}")
+    for phase in dict.fromkeys([*r["plain_phase_s"], *r["phase_s"]]):
+        cells = [f"{1e3 * d[phase]:.1f}" if phase in d else "" for d in (r["plain_phase_s"], r["phase_s"])]
+        print(f"{'time in ' + phase + ' ms':24}{cells[0]:>12}{cells[1]:>14}")
     print(f"\nmeasured speedup: {r['speedup']:.2f}x")
     if r["alpha_estimate"] is not None:
         print(f"Leviathan et al.: (1 - alpha^(gamma+1)) / ((1 - alpha)(gamma c + 1)) with measured "
