@@ -137,6 +137,37 @@ def _interp(points: list[tuple[float, float]], x: float) -> float:
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
+class StepTable:
+    """Step times measured on one device, interpolated linearly in batch (flat below the first batch,
+    along the last segment beyond the last).
+
+    ``target_step_s[(batch, tokens_per_row)]``: seconds of one target step (``tokens_per_row = 1``
+    required); ``draft_step_s[batch]``: seconds of one draft step. ``minispec.bench.step_time_table``
+    measures both.
+    """
+
+    def __init__(self, target_step_s: dict[tuple[int, int], float], draft_step_s: dict[int, float]):
+        self._target: dict[int, list[tuple[int, float]]] = {}  # tokens_per_row -> [(batch, s)] sorted
+        for (B, T), s in sorted(target_step_s.items()):
+            self._target.setdefault(T, []).append((B, s))
+        self._draft = sorted(draft_step_s.items())
+        if 1 not in self._target or not self._draft:
+            raise ValueError("the table needs target steps with tokens_per_row = 1 and at least one draft step")
+        self.tokens_per_row = sorted(self._target)  # the measured verify widths
+        self.best_s_per_token = min(s / (B * T) for (B, T), s in target_step_s.items())
+
+    def target(self, batch: float, tokens_per_row: int = 1) -> float:
+        """Seconds of one target step over ``tokens_per_row`` tokens in each of ``batch`` rows."""
+        if tokens_per_row not in self._target:
+            raise ValueError(f"no target steps with tokens_per_row = {tokens_per_row} were measured "
+                             f"(measured: {self.tokens_per_row})")
+        return _interp(self._target[tokens_per_row], batch)
+
+    def draft(self, batch: float) -> float:
+        """Seconds of one draft step at ``batch`` rows."""
+        return _interp(self._draft, batch)
+
+
 @dataclass
 class MeasuredPolicy(GammaPolicy):
     """The gamma that measured step times predict fastest.
@@ -152,23 +183,16 @@ class MeasuredPolicy(GammaPolicy):
 
     def __post_init__(self):
         super().__post_init__()
-        self._target: dict[int, list[tuple[int, float]]] = {}  # tokens_per_row -> [(batch, s)] sorted
-        for (B, T), s in sorted(self.target_step_s.items()):
-            self._target.setdefault(T, []).append((B, s))
-        self._draft = sorted(self.draft_step_s.items())
-        if 1 not in self._target or not self._draft:
-            raise ValueError("the table needs target steps with tokens_per_row = 1 and at least one draft step")
+        self.table = StepTable(self.target_step_s, self.draft_step_s)
 
     def gammas(self) -> list[int]:
-        return [g for g in range(self.gamma_max + 1) if g + 1 in self._target]
+        return [g for g in range(self.gamma_max + 1) if g + 1 in self.table.tokens_per_row]
 
     def speedup(self, batch: float, gamma: int, alpha: float | None = None) -> float:
         _check(batch=batch, gamma=gamma)
-        if gamma + 1 not in self._target:
-            raise ValueError(f"gamma {gamma} was not measured (no target steps with tokens_per_row = {gamma + 1})")
-        plain = _interp(self._target[1], batch)
-        verify, draft = _interp(self._target[gamma + 1], batch), _interp(self._draft, batch)
-        return expected_tokens(self.alpha if alpha is None else alpha, gamma) * plain / (verify + gamma * draft)
+        plain, verify = self.table.target(batch), self.table.target(batch, gamma + 1)
+        return expected_tokens(self.alpha if alpha is None else alpha, gamma) * plain / (
+            verify + gamma * self.table.draft(batch))
 
 
 def auto_policy(target: ModelShape, draft: ModelShape | None, hardware: Hardware, gamma_max: int = 8,

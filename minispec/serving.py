@@ -63,7 +63,7 @@ import numpy as np
 
 from minispec import roofline
 from minispec.hardware import H100_SXM, Hardware
-from minispec.policy import GammaPolicy, _interp
+from minispec.policy import GammaPolicy, StepTable
 from minispec.roofline import LLAMA_8B, ModelShape
 from minispec.stats import percentile
 
@@ -224,27 +224,20 @@ class MeasuredSteps:
     kv_tokens: int | None = None  # KV-cache tokens that fit; None: no memory limit
 
     def __post_init__(self):
-        self._target: dict[int, list[tuple[int, float]]] = {}  # tokens_per_row -> [(batch, s)] sorted
-        for (B, T), s in sorted(self.target_step_s.items()):
-            self._target.setdefault(T, []).append((B, s))
-        self._draft = sorted(self.draft_step_s.items())
-        if 1 not in self._target or not self._draft:
-            raise ValueError("the table needs target steps with tokens_per_row = 1 and at least one draft step")
+        self.table = StepTable(self.target_step_s, self.draft_step_s)
         if self.prefill_s_per_token is None:
-            self.prefill_s_per_token = min(s / (B * T) for (B, T), s in self.target_step_s.items())
+            self.prefill_s_per_token = self.table.best_s_per_token
 
     def plain(self, batch: int) -> float:
-        return _interp(self._target[1], batch)
+        return self.table.target(batch)
 
     def speculative(self, batch: int, gamma: int) -> float:
-        if gamma + 1 not in self._target:
-            raise ValueError(f"gamma {gamma} needs target steps with tokens_per_row = {gamma + 1} in the table")
-        return _interp(self._target[gamma + 1], batch) + gamma * _interp(self._draft, batch)
+        return self.table.target(batch, gamma + 1) + gamma * self.table.draft(batch)
 
     def prefill(self, batch: int, prompt_tokens: float, draft: bool = False) -> float:
         plain = self.plain(batch)
         target = max(plain, self.prefill_s_per_token * batch * prompt_tokens)
-        return target * (1 + _interp(self._draft, batch) / plain) if draft else target
+        return target * (1 + self.table.draft(batch) / plain) if draft else target
 
     def kv_budget(self, draft: bool = False) -> int | None:
         return self.kv_tokens
