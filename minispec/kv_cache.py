@@ -23,6 +23,9 @@ class KVCache:
         self.v = torch.zeros(shape, device=device, dtype=dtype)  # (L, B, K, S, D)
         self.lengths = torch.zeros(batch_size, dtype=torch.long, device=device)  # (B,)
         self.max_len, self.static = max_len, static
+        if static:  # buffers updated in place keep their addresses: CUDA graphs may capture them
+            for t in (self.k, self.v, self.lengths):
+                torch._dynamo.mark_static_address(t)
         # A host-side upper bound on max(lengths): attention reads slots [0, bound) only.
         # Tracking it on the host keeps the forward pass free of device-to-host syncs.
         self.bound = max_len if static else 0

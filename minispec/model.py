@@ -275,9 +275,13 @@ class Model(nn.Module):
     def compile(self, mode: str = "reduce-overhead", **kwargs) -> Model:
         """``torch.compile`` this model in place for fixed shapes (as gpt-fast does): caches it makes
         from now on are static, attending over all S slots, so a decode or verify step keeps one shape
-        per batch size. Speed changes, tokens do not."""
+        per batch size. Speed changes, tokens do not.
+
+        Each new shape (batch size, tokens per call, cache size) compiles once. Not ``fullgraph``:
+        past torch's recompile limit (8 shapes by default) new shapes run eagerly instead of failing.
+        """
         self.static_cache = True
-        super().compile(mode=mode, dynamic=False, fullgraph=True, **kwargs)
+        super().compile(mode=mode, dynamic=False, **kwargs)
         return self
 
     @property
