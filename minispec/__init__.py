@@ -9,10 +9,11 @@
 Drafts that need no draft model: ``minispec.PromptLookupDraft()`` and ``minispec.LayerSkipDraft(target, n)``.
 """
 
+from minispec.course import grade_accept_rule
 from minispec.decode import GenerationResult, generate
 from minispec.drafts import Draft, LayerSkipDraft, ModelDraft, PromptLookupDraft
 from minispec.hardware import H100_SXM, H200, Hardware
-from minispec.load import EMBEDDED, load
+from minispec.load import EMBEDDED, fetch, load
 from minispec.model import Model, ModelConfig
 from minispec.roofline import (
     ModelShape,
@@ -31,6 +32,6 @@ from minispec.tokenizer import ByteTokenizer
 __all__ = [
     "EMBEDDED", "H100_SXM", "H200", "ByteTokenizer", "Draft", "GenerationResult", "Hardware", "LayerSkipDraft", "Model",
     "ModelConfig", "ModelDraft", "ModelShape", "PromptLookupDraft", "SamplingParams", "Stats", "accept_reject",
-    "break_even_batch", "compute_bound_batch", "expected_tokens", "generate", "leviathan_speedup", "load",
-    "speculative_generate", "speculative_speedup", "step_time",
+    "break_even_batch", "compute_bound_batch", "expected_tokens", "fetch", "generate", "grade_accept_rule",
+    "leviathan_speedup", "load", "speculative_generate", "speculative_speedup", "step_time",
 ]
