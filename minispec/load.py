@@ -141,15 +141,12 @@ def load(source: str | Path, device: str | torch.device | None = None, dtype: to
     models come with a :class:`~minispec.tokenizer.ByteTokenizer`; other checkpoints with
     transformers' ``AutoTokenizer`` (None when the directory has no tokenizer files).
     """
-    from transformers import AutoConfig
-
     path = resolve(source)
     if path.is_file():
         return _load_gguf(path, device, dtype)
-    hf_config = AutoConfig.from_pretrained(str(path))
-    cfg = config_from_hf(hf_config)
+    raw = json.loads((path / "config.json").read_text())  # read directly: importing transformers takes seconds
+    cfg = config_from_hf(raw)
     if dtype is None:
-        raw = json.loads((path / "config.json").read_text())
         name = raw.get("dtype") or raw.get("torch_dtype") or "float32"
         dtype = getattr(torch, name)
     state = from_hf_state_dict(_read_weights(path), cfg)

@@ -24,6 +24,7 @@ from torch import nn
 from minispec.kv_cache import KVCache
 
 ARCHITECTURES = ("LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM")
+_MAX_POSITIONS = {"LlamaForCausalLM": 2048, "MistralForCausalLM": 4096 * 32, "Qwen2ForCausalLM": 32768}  # defaults
 
 
 @dataclass(frozen=True)
@@ -149,11 +150,14 @@ def config_from_hf(hf) -> ModelConfig:
     C, H = get("hidden_size"), get("num_attention_heads")
     layers = get("num_hidden_layers")
     window = get("sliding_window")
-    if arch == "Qwen2ForCausalLM":
-        types = get("layer_types") or ["full_attention"] * layers
+    if arch == "Qwen2ForCausalLM":  # as transformers' Qwen2Config derives layer_types when config.json has none
+        window = window if get("use_sliding_window", False) or get("layer_types") else None
+        first = get("max_window_layers", layers)
+        types = get("layer_types") or ["sliding_attention" if window and i >= first else "full_attention"
+                                       for i in range(layers)]
         windows = tuple(window if t == "sliding_attention" else None for t in types)
     elif arch == "MistralForCausalLM":
-        windows = (window,) * layers
+        windows = (get("sliding_window", 4096),) * layers  # transformers' MistralConfig default when absent
     else:
         windows = (None,) * layers
     is_qwen = arch == "Qwen2ForCausalLM"
@@ -165,7 +169,7 @@ def config_from_hf(hf) -> ModelConfig:
         num_attention_heads=H,
         num_key_value_heads=get("num_key_value_heads") or H,
         head_dim=get("head_dim") or C // H,
-        max_position_embeddings=get("max_position_embeddings", 2048),
+        max_position_embeddings=get("max_position_embeddings", _MAX_POSITIONS[arch]),
         rms_norm_eps=get("rms_norm_eps", 1e-6),
         rope_theta=float(rope_theta),
         rope_type=rope_type,

@@ -132,3 +132,23 @@ def test_a_saved_checkpoint_round_trips_through_transformers(tmp_path, kw):
     again, _ = minispec.load(tmp_path)
     with torch.no_grad():
         assert torch.equal(again(x), ours(x))
+
+
+@pytest.mark.parametrize("raw", [
+    dict(architectures=["Qwen2ForCausalLM"], use_sliding_window=True, sliding_window=16, max_window_layers=1),
+    dict(architectures=["Qwen2ForCausalLM"], use_sliding_window=False, sliding_window=16, max_window_layers=1),
+    dict(architectures=["MistralForCausalLM"]),
+    dict(architectures=["MistralForCausalLM"], sliding_window=None),
+], ids=["qwen2-sliding", "qwen2-off", "mistral-default", "mistral-none"])
+def test_config_json_is_read_as_transformers_reads_it(raw):
+    """load() reads config.json without transformers; the windows it derives are transformers' own."""
+    from transformers import AutoConfig
+
+    from minispec.model import config_from_hf
+
+    raw = raw | dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+                     num_key_value_heads=2)
+    theirs = AutoConfig.for_model({"Qwen2ForCausalLM": "qwen2", "MistralForCausalLM": "mistral"}[
+        raw["architectures"][0]], **{k: v for k, v in raw.items() if k != "architectures"})
+    theirs.architectures = raw["architectures"]
+    assert config_from_hf(raw) == config_from_hf(theirs)
