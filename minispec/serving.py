@@ -184,23 +184,29 @@ class StepTimes(Protocol):
 
 @dataclass(frozen=True)
 class RooflineSteps:
-    """Step times from :mod:`minispec.roofline`: any hardware, target shape and c."""
+    """Step times from :mod:`minispec.roofline`: any hardware, target shape, and a draft given by its
+    shape (its own weights and KV read, and its memory) or by a constant c."""
 
     hardware: Hardware = H100_SXM
     model: ModelShape = LLAMA_8B  # the target
-    draft_cost: float = 0.05  # c, one draft step over one plain target step; also draft/target prefill
+    draft_cost: float = 0.05  # c, one draft step over one plain target step; used when draft is None
     context: float = 0  # KV tokens each row reads per decode step; 0 = the reference model (weights only)
-    draft: ModelShape | None = None  # the draft's shape, for memory only (its weights and KV); None: not counted
+    draft: ModelShape | None = None  # the draft's shape: costs its steps and prefill, and its memory; None: c
 
     def plain(self, batch: int) -> float:
         return roofline.step_time(batch, 1, self.hardware, self.model, self.context)
 
     def speculative(self, batch: int, gamma: int) -> float:
-        return roofline.speculative_step_time(batch, gamma, self.draft_cost, self.hardware, self.model, self.context)
+        return roofline.speculative_step_time(batch, gamma, self.draft_cost, self.hardware, self.model, self.context,
+                                              draft=self.draft)
 
     def prefill(self, batch: int, prompt_tokens: float, draft: bool = False) -> float:
         target = roofline.step_time(batch, prompt_tokens, self.hardware, self.model)  # no history to read
-        return target * (1 + self.draft_cost) if draft else target
+        if not draft:
+            return target
+        if self.draft is None:
+            return target * (1 + self.draft_cost)
+        return target + roofline.step_time(batch, prompt_tokens, self.hardware, self.draft)
 
     def kv_budget(self, draft: bool = False) -> float:
         """KV tokens that fit: max_batch at one token per row (its default share of memory, 90 %)."""

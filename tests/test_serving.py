@@ -5,8 +5,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from minispec import roofline
+from minispec.hardware import H100_SXM
 from minispec.policy import FixedPolicy, MeasuredPolicy, RooflinePolicy
-from minispec.roofline import LLAMA_1B, break_even_batch, speculative_speedup
+from minispec.roofline import LLAMA_1B, LLAMA_8B, break_even_batch, speculative_speedup
 from minispec.serving import (
     MIX,
     Lengths,
@@ -253,3 +255,15 @@ def test_sweep_rows_and_plot():
 
     fig = plot_serving(rows, TPOT_SLO_S, title="H100, 8B, alpha 0.8")
     assert len(fig.axes) == 2 and len(fig.axes[1].lines) == 4
+
+
+def test_a_draft_shape_costs_its_own_steps():
+    """With a draft shape the speculative step is the roofline's, draft costed from its weights and KV."""
+    steps = RooflineSteps(draft=LLAMA_1B, context=4096)
+    for batch in (1, 64):
+        assert steps.speculative(batch, 4) == roofline.speculative_step_time(
+            batch, 4, hardware=H100_SXM, model=LLAMA_8B, context=4096, draft=LLAMA_1B)
+    c = (steps.speculative(1, 4) - roofline.step_time(1, 5, H100_SXM, LLAMA_8B, 4096)) / 4 / steps.plain(1)
+    assert 0.1 < c < 0.2  # a 1B draft's weight bytes are about 15 % of the 8B target's
+    assert steps.prefill(2, 128, draft=True) == pytest.approx(
+        roofline.step_time(2, 128, H100_SXM, LLAMA_8B) + roofline.step_time(2, 128, H100_SXM, LLAMA_1B))
