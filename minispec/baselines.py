@@ -3,6 +3,7 @@ checkpoint and prompt, plainly, with an assistant model, or with prompt lookup."
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 
 import torch
@@ -23,10 +24,11 @@ def transformers_baseline(target_dir: str | Path, prompt: list[int], max_new_tok
     ``prompt_lookup_num_tokens=gamma`` with n-grams up to 3, minispec's ``PromptLookupDraft()``),
     or a draft checkpoint directory (transformers' assisted generation with a constant
     ``num_assistant_tokens=gamma``; minispec with ``gamma``). Both run on the CPU in float32 and
-    stop at ``eos_token_id`` (None: never). Returns tokens/s of each, their ratio, and whether the
-    tokens are identical.
+    stop at ``eos_token_id`` (None: never). The two run in turn, ``repeats`` times; returns the
+    median tokens/s of each, the median of the per-round ratios, and whether the tokens are identical.
     """
     from transformers import AutoModelForCausalLM, GenerationConfig
+    from transformers.utils import logging as hf_logging
 
     hf = AutoModelForCausalLM.from_pretrained(str(target_dir), dtype=torch.float32).eval()
     target, _ = load(target_dir, dtype=torch.float32)
@@ -46,8 +48,16 @@ def transformers_baseline(target_dir: str | Path, prompt: list[int], max_new_tok
     ids = torch.tensor([prompt])
 
     def hf_run():
-        with torch.inference_mode():
-            return hf.generate(ids, generation_config=gen_cfg, **hf_kw)[0, len(prompt):].tolist()
+        # transformers' assisted generation calls the assistant's generate with both a generation config and
+        # max_new_tokens, and warns about its own call; its logger is quietened for this call only.
+        level = hf_logging.get_verbosity()
+        if "assistant_model" in hf_kw:
+            hf_logging.set_verbosity_error()
+        try:
+            with torch.inference_mode():
+                return hf.generate(ids, generation_config=gen_cfg, **hf_kw)[0, len(prompt):].tolist()
+        finally:
+            hf_logging.set_verbosity(level)
 
     def ms_run():
         kw = dict(max_new_tokens=max_new_tokens, eos_token_id=eos_token_id)
@@ -56,10 +66,14 @@ def transformers_baseline(target_dir: str | Path, prompt: list[int], max_new_tok
         return speculative_generate(target, ms_draft, [prompt], gamma=gamma, **kw).tokens[0]
 
     hf_tokens, ms_tokens = hf_run(), ms_run()  # warm-up, and the tokens to compare
-    hf_s = median_time(hf_run, torch.device("cpu"), repeats, warmup=0)
-    ms_s = median_time(ms_run, torch.device("cpu"), repeats, warmup=0)
+    cpu, hf_s, ms_s = torch.device("cpu"), [], []
+    for _ in range(repeats):  # side by side, so that a busy moment slows both sides of one ratio
+        hf_s.append(median_time(hf_run, cpu, 1, warmup=0))
+        ms_s.append(median_time(ms_run, cpu, 1, warmup=0))
+    ratio = statistics.median((len(ms_tokens) / m) / (len(hf_tokens) / h) for h, m in zip(hf_s, ms_s))
     return {"draft": "none" if draft is None else str(draft), "gamma": gamma if draft is not None else None,
-            "hf_tokens_per_s": len(hf_tokens) / hf_s, "minispec_tokens_per_s": len(ms_tokens) / ms_s,
-            "minispec_over_hf": (len(ms_tokens) / ms_s) / (len(hf_tokens) / hf_s),
+            "hf_tokens_per_s": len(hf_tokens) / statistics.median(hf_s),
+            "minispec_tokens_per_s": len(ms_tokens) / statistics.median(ms_s),
+            "minispec_over_hf": ratio,
             "identical_greedy_tokens": hf_tokens == ms_tokens, "new_tokens": len(ms_tokens),
             "max_new_tokens": max_new_tokens, "prompt_len": len(prompt), "threads": torch.get_num_threads()}

@@ -80,16 +80,17 @@ class SyntheticAcceptance:
 # --- measured step times -----------------------------------------------------------------------
 
 def measure_step_time(model: Model, batch: int, tokens_per_row: int = 1, context: int = 64,
-                      repeats: int = 5) -> float:
+                      repeats: int = 5, num_layers: int | None = None) -> float:
     """Median seconds of one cached forward pass of ``tokens_per_row`` tokens for each of ``batch``
-    rows at ``context`` tokens of history (measured; :func:`minispec.roofline.step_time` models it)."""
-    cache = model.new_cache(batch, context + tokens_per_row)
+    rows at ``context`` tokens of history, through the first ``num_layers`` layers (default all: a
+    layer-skip draft's step otherwise). Measured; :func:`minispec.roofline.step_time` models it."""
+    cache = model.new_cache(batch, context + tokens_per_row, num_layers=num_layers)
     x = torch.randint(0, model.config.vocab_size, (batch, tokens_per_row), device=model.device)
     lengths = torch.full((batch,), context, device=model.device)
 
     def run():
         cache.rollback(lengths)
-        model(x, cache)
+        model(x, cache, num_layers=num_layers)
 
     cache.trim(context)
     with torch.inference_mode():

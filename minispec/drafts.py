@@ -30,6 +30,7 @@ class Draft:
     """The interface the speculative loop uses."""
 
     shape: ModelShape | None = None  # what one draft step reads, for the cost model; None: free (c = 0)
+    ragged = False  # rows may propose fewer than gamma tokens: verify only as many as the longest proposal
 
     def check(self, target: Model, positions: int) -> None:
         """Raise ValueError if this draft cannot serve ``target`` for sequences of ``positions`` tokens."""
@@ -117,12 +118,15 @@ class LayerSkipDraft(ModelDraft):
 class PromptLookupDraft(Draft):
     """Prompt lookup: propose the tokens that followed the most recent earlier occurrence of the row's
     last n-gram (n from ``max_ngram`` down to ``min_ngram``, the longest that occurs wins) in the row's
-    own prompt and output. Rows with no occurrence propose nothing that step.
+    own prompt and output. Rows with no occurrence propose nothing that step, and the target verifies
+    only as many positions as the longest proposal in the batch (none: a plain step).
 
     Its q is a point mass on each proposed token, so the unchanged accept rule stays exact: x is
     accepted with probability min(1, p(x) / 1) = p(x), and on rejection the token is drawn from
     norm(max(0, p - onehot(x))), which is p with x removed and renormalised.
     """
+
+    ragged = True
 
     def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
         for name, n in (("max_ngram", max_ngram), ("min_ngram", min_ngram)):

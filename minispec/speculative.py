@@ -60,19 +60,22 @@ def accept_reject(p, q, x, u, draw):
 def speculative_step(target: Model, t_cache, draft: Draft, state: DecodeState, gamma: int, rule=accept_reject):
     """Draft, verify, accept, roll back: one step for every row.
 
-    Returns accepted (B, gamma) and proposed (B, gamma): the draft tokens accepted, and those proposed.
+    Returns accepted and proposed (B, gamma' <= gamma): the draft tokens accepted, and those proposed.
     """
     timer = state.timer
     with timer("draft"):
         q, x = draft.propose(state, gamma)  # (B, gamma, V), (B, gamma)
+        if draft.ragged:  # host sync: verify only up to the longest proposal (0: a plain step), as vLLM does
+            width = int((q.amax(-1) > 0).sum(1).max())
+            q, x = q[:, :width], x[:, :width]  # (B, width, V), (B, width)
     with timer("verify"):
         p = probabilities(target(torch.cat([state.last(1), x], 1), t_cache), state.params)  # (B, gamma+1, V)
     with timer("accept"):
-        u = uniform(state.keys_now(ACCEPT, gamma))  # (B, gamma) one uniform per row and position
+        u = uniform(state.keys_now(ACCEPT, x.shape[1]))  # (B, gamma) one uniform per row and position
         accepted, t = rule(p, q, x, u, lambda w: sample(w, state.draw_keys(TARGET)))  # (B, gamma), (B,)
         n = accepted.sum(1)  # (B,)
         new = torch.cat([x, t[:, None]], 1).scatter(1, n[:, None], t[:, None])  # (B, gamma+1) x_1..x_n, t
-        state.emit(new, n + 1, drafted=torch.arange(gamma + 1, device=x.device) < n[:, None])
+        state.emit(new, n + 1, drafted=torch.arange(x.shape[1] + 1, device=x.device) < n[:, None])
         t_cache.rollback(state.total - 1)  # keep what was accepted; finished rows stay put
     return accepted, q.amax(-1) > 0
 
@@ -125,10 +128,10 @@ def speculative_generate(target: Model, draft, prompts, gamma: int | str | Gamma
             end = state.end_step()
         else:
             active = ~state.done[:, None]  # (B, 1)
-            accepted, proposed = speculative_step(target, t_cache, draft, state, g, rule)  # (B, g) each
-            accepted, proposed = accepted & active, proposed & active
-            proposed_at[:g] += proposed.sum(0)
-            accepted_at[:g] += accepted.sum(0)
+            accepted, proposed = speculative_step(target, t_cache, draft, state, g, rule)  # (B, w <= g) each
+            accepted, proposed, w = accepted & active, proposed & active, accepted.shape[1]
+            proposed_at[:w] += proposed.sum(0)
+            accepted_at[:w] += accepted.sum(0)
             tested = torch.minimum(accepted.sum(1) + 1, proposed.sum(1))  # (B,) up to each row's first rejection
             n_tested += tested.sum()
             end = state.end_step(accepted.sum(), tested.sum())

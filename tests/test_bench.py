@@ -108,3 +108,17 @@ def test_prompts_come_from_real_text_when_there_is_some():
     assert len({tuple(p) for p in prompts}) == 3
     with pytest.raises(ValueError, match="need more than --prompt-len 10"):
         bench.prompts_for(1, 10, 500, text[:10])
+
+
+@pytest.mark.parametrize("draft", [None, "ngram", "tiny-code-draft"])
+def test_transformers_baseline_gives_the_same_tokens(draft, capfd):
+    """transformers' generate (plain, prompt lookup, assisted) and minispec agree token for token on the
+    embedded pair, and transformers prints no deprecation warning about the way it is called (its
+    logger writes to stderr and does not propagate, hence capfd)."""
+    from minispec.baselines import transformers_baseline
+    from minispec.load import resolve, sample_text
+
+    res = transformers_baseline(resolve("tiny-code-target"), list(sample_text("code")[:48]), 12,
+                                resolve(draft) if draft == "tiny-code-draft" else draft, gamma=3, repeats=1)
+    assert res["identical_greedy_tokens"] and res["new_tokens"] == 12 and res["minispec_over_hf"] > 0
+    assert "deprecated" not in capfd.readouterr().err
