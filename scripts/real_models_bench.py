@@ -34,7 +34,7 @@ from pathlib import Path
 import torch
 
 import minispec
-from minispec import bench
+from minispec import baselines, bench
 from minispec.hardware import calibrate
 from minispec.load import ASSETS, sample_text
 
@@ -87,25 +87,10 @@ def minispec_runner(target, prompt, new_tokens, eos, draft=None):
     return run
 
 
-def transformers_runner(hf, prompt, new_tokens, eos, assistant=None, **options):
-    """() -> (tokens, None): transformers' greedy ``generate`` as ``minispec.baselines`` configures it
-    (``prompt_lookup_num_tokens`` / ``max_matching_ngram_size`` in ``options``, or an assistant model
-    with a constant draft length and no confidence threshold)."""
-    from transformers import GenerationConfig
-
-    cfg = dict(max_new_tokens=new_tokens, do_sample=False, eos_token_id=eos, pad_token_id=0 if eos is None else eos)
-    kw = {}
-    if assistant is not None:
-        cfg |= dict(num_assistant_tokens=GAMMA, num_assistant_tokens_schedule="constant",
-                    assistant_confidence_threshold=0.0)
-        kw["assistant_model"] = assistant
-    gen_cfg, ids = GenerationConfig(**cfg, **options), torch.tensor([prompt])
-
-    def run():
-        with torch.inference_mode():
-            return hf.generate(ids, generation_config=gen_cfg, **kw)[0, len(prompt):].tolist(), None
-
-    return run
+def transformers_runner(hf, prompt, new_tokens, eos, lookup=False, assistant=None):
+    """() -> (tokens, None): transformers' greedy ``generate`` as ``minispec.baselines`` configures it."""
+    run = baselines.transformers_runner(hf, prompt, new_tokens, eos, GAMMA, lookup, assistant)
+    return lambda: (run(), None)
 
 
 def rounds(runners: dict, n: int, warmup: bool) -> dict:
@@ -222,8 +207,7 @@ def main(argv=None) -> int:
         rs = rounds({"plain": minispec_runner(target, p, n, eos),
                      "prompt lookup": minispec_runner(target, p, n, eos, minispec.PromptLookupDraft()),
                      "hf plain": transformers_runner(hf, p, n, eos),
-                     "hf prompt lookup": transformers_runner(hf, p, n, eos, prompt_lookup_num_tokens=GAMMA,
-                                                             max_matching_ngram_size=3)},
+                     "hf prompt lookup": transformers_runner(hf, p, n, eos, lookup=True)},
                     args.repeats, warmup=i == 0)
         result["speculative"][name] = {"plain": plain_row(rs["plain"]),
                                        "prompt lookup": speculative_row(rs["prompt lookup"], rs["plain"])}
