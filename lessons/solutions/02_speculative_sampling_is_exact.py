@@ -50,8 +50,8 @@ def my_accept_reject(p, q, x, u, draw):
     """A correct rule, written from the lesson's description (not copied from the library)."""
     gamma = q.shape[1]
     p_x = p[:, :gamma].gather(-1, x[..., None])[..., 0]  # (B, gamma) p_i(x_i)
-    q_x = q.gather(-1, x[..., None])[..., 0]  # (B, gamma) q_i(x_i) > 0: x was drawn from q
-    accepted = (u < p_x / q_x).cumprod(1).bool()  # (B, gamma) u_i < p/q, and every earlier one accepted
+    q_x = q.gather(-1, x[..., None])[..., 0]  # (B, gamma) q_i(x_i): 0 only where nothing was proposed
+    accepted = ((u < p_x / q_x) & (q_x > 0)).cumprod(1).bool()  # (B, gamma) u_i < p/q, every earlier one accepted
     n = accepted.sum(1)  # (B,) accepted tokens = the position of the first rejection (or gamma)
     residual = (p[:, :gamma] - q).clamp_min(0)  # (B, gamma, V) max(0, p - q)
     empty = residual.sum(-1, keepdim=True) == 0  # p == q at that position: never rejected, but avoid 0/0
