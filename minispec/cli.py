@@ -270,8 +270,8 @@ def _bench_vllm(args, cfg, target, draft, tokens, out) -> None:
         prompts = prompts_for(4, cfg.prompt_len, target.config.vocab_size, tokens, cfg.seed)
         alpha = speculative_generate(target, draft, prompts, gamma=gamma_max, max_new_tokens=cfg.max_new_tokens,
                                      temperature=cfg.temperatures[0], seed=cfg.seed).stats.alpha_estimate
-    policy = MeasuredPolicy(*step_time_table(target, draft, cfg.batches, gamma_max, cfg.prompt_len, cfg.repeats),
-                            gamma_max=gamma_max)
+    table = step_time_table(target, draft, cfg.batches, gamma_max, cfg.prompt_len, cfg.repeats, rounds=3)
+    policy = MeasuredPolicy(*table, gamma_max=gamma_max)
     config = vllm_config_from_speedup(lambda B, g: policy.speedup(B, g, alpha), max(cfg.batches), gamma_max)
     print(f"alpha {alpha:.3f} ({'--accept-rate' if cfg.accept_rate is not None else 'measured'}), step times "
           f"measured at batches {','.join(map(str, cfg.batches))} (interpolated between), gamma 1..{gamma_max}",

@@ -122,3 +122,15 @@ def test_transformers_baseline_gives_the_same_tokens(draft, capfd):
                                 resolve(draft) if draft == "tiny-code-draft" else draft, gamma=3, repeats=1)
     assert res["identical_greedy_tokens"] and res["new_tokens"] == 12 and res["minispec_over_hf"] > 0
     assert "deprecated" not in capfd.readouterr().err
+
+
+def test_step_time_table_keeps_the_fastest_and_never_rewards_more_work(monkeypatch):
+    """Over rounds, each step keeps its fastest time, and no step is faster than one doing more work."""
+    noisy = iter([1.0, 5.0, 9.0, 2.0,  # round 1, target: (1, 1), (1, 2), (2, 1), (2, 2); then draft 1, 2
+                  0.5, 0.4,
+                  3.0, 4.0, 8.0, 1.5,  # round 2
+                  0.6, 0.3])
+    monkeypatch.setattr(bench, "measure_step_time", lambda *a, **k: next(noisy))
+    target_s, draft_s = bench.step_time_table(None, None, (1, 2), gamma_max=1, rounds=2)
+    assert target_s == {(1, 1): 1.0, (1, 2): 1.5, (2, 1): 1.5, (2, 2): 1.5}
+    assert draft_s == {1: 0.3, 2: 0.3}
