@@ -300,12 +300,14 @@ def test_embedded_pair_greedy_batch_8():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("make_draft", [
-    lambda t: minispec.ModelDraft(random_model(seed=1, layers=1).cuda()),
-    lambda t: minispec.LayerSkipDraft(t, 1),
-    lambda t: minispec.PromptLookupDraft(),
+@pytest.mark.parametrize("make_draft, syncs", [
+    (lambda t: minispec.ModelDraft(random_model(seed=1, layers=1).cuda()), 0),
+    (lambda t: minispec.LayerSkipDraft(t, 1), 0),
+    (lambda t: minispec.PromptLookupDraft(), 1),  # the one labelled sync: the longest proposal
 ], ids=["model", "layerskip", "ngram"])
-def test_the_step_does_not_synchronise_with_the_host(make_draft):
+def test_the_step_synchronises_with_the_host_only_where_labelled(make_draft, syncs):
+    import warnings
+
     from minispec.decode import DecodeState, prefill
     from minispec.speculative import speculative_step
 
@@ -319,11 +321,15 @@ def test_the_step_does_not_synchronise_with_the_host(make_draft):
         state.first_token(prefill(target, state, t_cache))
         draft.start(state)
         state.start_loop()
-        torch.cuda.set_sync_debug_mode("error")
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("warn")
         try:
-            speculative_step(target, t_cache, draft, state, 4)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                speculative_step(target, t_cache, draft, state, 4)
         finally:
             torch.cuda.set_sync_debug_mode("default")
+        assert sum("synchroniz" in str(w.message) for w in caught) == syncs, [str(w.message) for w in caught]
 
 
 # --- seeded rows do not depend on their batch -----------------------------------------------
