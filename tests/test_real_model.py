@@ -7,7 +7,6 @@ first). Where it cannot be fetched (no index and no cache) they skip, saying why
 import importlib
 import struct
 import subprocess
-import time
 
 import pytest
 import torch
@@ -147,11 +146,9 @@ def test_fetch_is_idempotent(smollm2_dir, monkeypatch):
 
     monkeypatch.setattr(subprocess, "run", no_work)
     monkeypatch.setattr(importlib.import_module("minispec.load"), "convert_gguf", no_work)
-    t0 = time.perf_counter()
     again = fetch("smollm2", cache_dir=smollm2_dir.parent)
     assert again == smollm2_dir
     assert fetch("smollm2-135m-instruct", cache_dir=smollm2_dir.parent) == smollm2_dir
-    assert time.perf_counter() - t0 < 1.0
 
 
 def test_fetch_without_the_index_says_how_to_proceed(tmp_path, monkeypatch):
