@@ -1,5 +1,6 @@
 """The command line: the roofline table, the demo's structure, errors."""
 
+import re
 import subprocess
 import sys
 
@@ -43,3 +44,42 @@ def test_bad_input_exits_with_a_message(capsys):
 def test_python_dash_m(argv):
     out = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "demo" in out.stdout
+
+
+@pytest.mark.parametrize("draft", ["ngram", "layerskip:4"])
+def test_generate_with_free_drafts(capsys, draft):
+    assert main(["generate", "def f(x):\n    return x\n\ndef f(", "--draft", draft, "--max-new-tokens", "12"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("def f(x):") and "acceptance rate" in captured.err and "Draft(" in captured.err
+
+
+def test_bench_checks_out_before_any_work(tmp_path, capsys, monkeypatch):
+    import minispec.bench
+
+    monkeypatch.setattr(minispec.bench, "sweep", lambda *a, **k: pytest.fail("the sweep ran"))
+    assert main(["bench", "--out", str(tmp_path), "--batches", "1"]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    monkeypatch.undo()
+    out = tmp_path / "new" / "folder" / "rows.jsonl"
+    assert main(["bench", "--out", str(out), "--batches", "1", "--max-new-tokens", "4", "--repeats", "1",
+                 "--prompts", __file__]) == 0
+    assert out.exists() and (out.parent / "summary.json").exists()
+
+
+@pytest.mark.slow
+def test_generate_applies_the_chat_template_of_a_real_checkpoint(capsys):
+    """An instruct model asked a bare question answers its end-of-turn token at once; with the template
+    (the default when the tokenizer has one) it answers, and the printed text has no special tokens."""
+    from minispec.load import fetch
+
+    try:
+        fetch("smollm2")
+    except ValueError as e:
+        pytest.skip(f"SmolLM2-135M-Instruct is not cached and cannot be fetched: {str(e)[:80]}")
+    assert main(["generate", "What is the capital of France?", "--model", "smollm2-135m-instruct",
+                 "--max-new-tokens", "12", "--draft", "ngram"]) == 0
+    answered = capsys.readouterr()
+    assert "<|im" not in answered.out and len(answered.out.strip()) > 5
+    assert main(["generate", "What is the capital of France?", "--model", "smollm2-135m-instruct",
+                 "--max-new-tokens", "12", "--no-chat"]) == 0
+    assert re.search(r"new tokens\s+1\n", capsys.readouterr().err)  # bare: the end-of-turn token at once
