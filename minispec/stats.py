@@ -44,7 +44,8 @@ class Stats:
     draft: str | None = None  # what drafted, e.g. "PromptLookupDraft(max_ngram=3, min_ngram=1)"
     num_drafts: int | None = None  # (row, step) pairs that proposed at least one token
     draft_tokens: int | None = None  # tokens proposed by the draft (a prompt-lookup row without a match proposes none)
-    accepted_tokens: int | None = None  # draft tokens the target accepted
+    # draft tokens the rule accepted (in a row's last step, also those cut by max_new_tokens or EOS)
+    accepted_tokens: int | None = None
     tested_tokens: int | None = None  # draft tokens the accept test reached (up to each row's first rejection)
     per_position_acceptance_rates: list[float] | None = None  # share of drafts accepted at position i
     gamma_per_step: list[int] | None = field(default=None, repr=False)  # the gamma each step used
