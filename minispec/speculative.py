@@ -65,9 +65,10 @@ def speculative_step(target: Model, t_cache, draft: Draft, state: DecodeState, g
     timer = state.timer
     with timer("draft"):
         q, x = draft.propose(state, gamma)  # (B, gamma, V), (B, gamma)
+        proposed = q.amax(-1) > 0  # (B, gamma) q is all zero where a row proposed nothing
         if draft.ragged:  # host sync: verify only up to the longest proposal (0: a plain step), as vLLM does
-            width = int((q.amax(-1) > 0).sum(1).max())
-            q, x = q[:, :width], x[:, :width]  # (B, width, V), (B, width)
+            width = int(proposed.sum(1).max())
+            q, x, proposed = q[:, :width], x[:, :width], proposed[:, :width]  # (B, width, ...)
     with timer("verify"):
         p = probabilities(target(torch.cat([state.last(1), x], 1), t_cache), state.params)  # (B, gamma+1, V)
     with timer("accept"):
@@ -77,7 +78,7 @@ def speculative_step(target: Model, t_cache, draft: Draft, state: DecodeState, g
         new = torch.cat([x, t[:, None]], 1).scatter(1, n[:, None], t[:, None])  # (B, gamma+1) x_1..x_n, t
         state.emit(new, n + 1, drafted=torch.arange(x.shape[1] + 1, device=x.device) < n[:, None])
         t_cache.rollback(state.total - 1)  # keep what was accepted; finished rows stay put
-    return accepted, q.amax(-1) > 0
+    return accepted, proposed
 
 
 @torch.inference_mode()
