@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from minispec.load import load, sample_text
-from minispec.sampling import ACCEPT, DRAFT, TARGET, keys_at, row_keys, row_seeds, sample, subkeys, uniform
+from minispec.sampling import ACCEPT, DRAFT, TARGET, row_keys, row_seeds, sample, uniforms
 
 # Real pairs a GPU lesson uses when the local Hugging Face cache holds both (target, draft); no download.
 HUB_PAIRS = (
@@ -132,7 +132,7 @@ class Draw:
     negative or all zero in ``bad``, and raises ValueError on a wrong shape."""
 
     def __init__(self, keys: torch.Tensor, vocab: int):
-        self.keys, self.vocab, self.calls, self.bad = keys, vocab, 0, []  # keys (B,)
+        self.keys, self.vocab, self.calls, self.bad = keys, vocab, 0, []  # keys (B, 2)
 
     def __call__(self, weights: torch.Tensor) -> torch.Tensor:
         B = self.keys.shape[0]
@@ -150,7 +150,7 @@ class Draw:
         w = torch.where(w.sum(-1, keepdim=True) > 0, w, 1.0)  # (B, V) an all-zero row: any token
         position = torch.full((B,), self.calls, dtype=torch.long, device=self.keys.device)  # (B,)
         self.calls += 1
-        return sample(w, keys_at(self.keys, TARGET, position))  # (B,)
+        return sample(w, uniforms(self.keys, TARGET, position, 1)[:, 0])  # (B,)
 
 
 def step_inputs(q: torch.Tensor, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, Draw]:
@@ -160,11 +160,10 @@ def step_inputs(q: torch.Tensor, seed: int = 0) -> tuple[torch.Tensor, torch.Ten
     :class:`Draw`. Row b's numbers depend only on (seed, b), as in :func:`minispec.speculative_generate`.
     """
     B, gamma, V = q.shape
-    rows = torch.arange(B, device=q.device)  # (B,)
-    keys = keys_at(row_keys(row_seeds(seed, 1), q.device).expand(B), 0, rows)  # (B,) a hash of (seed, b)
+    keys = row_keys(row_seeds(seed, B), q.device)  # (B, 2) row b's key from (seed, b)
     zero = torch.zeros(B, dtype=torch.long, device=q.device)  # (B,)
-    x = sample(q, subkeys(keys_at(keys, DRAFT, zero), gamma))  # (B, gamma)
-    u = uniform(keys_at(keys, ACCEPT, zero), gamma)  # (B, gamma)
+    x = sample(q, uniforms(keys, DRAFT, zero, gamma))  # (B, gamma)
+    u = uniforms(keys, ACCEPT, zero, gamma)  # (B, gamma)
     return x, u, Draw(keys, V)
 
 

@@ -4,7 +4,8 @@ Row b holds ``lengths[b]`` valid slots. A forward pass of T tokens writes row b 
 ``lengths[b] .. lengths[b] + T - 1`` (each row at its own positions) and then advances every
 length by T. :meth:`KVCache.rollback` moves lengths back and copies no keys or values: slots
 at or past a row's length are stale, and the model's mask never lets a query see a slot
-past its own position, so stale slots are invisible until they are overwritten.
+past its own position, so stale slots are invisible until they are overwritten. After a tree of
+drafts is verified, :meth:`KVCache.compact` moves the accepted path's few slots next to the prefix.
 
 Shape symbols: L layers, B rows, K key/value heads, S slots, D head dim, T new tokens.
 """
@@ -41,13 +42,13 @@ class KVCache:
         """Slots a forward pass of the current call attends over (S' <= S)."""
         return self.bound
 
-    def begin(self, pos: torch.Tensor) -> None:
-        """Prepare to write tokens at positions ``pos`` (B, T) in every layer."""
+    def begin(self, slots: torch.Tensor) -> None:
+        """Prepare to write tokens at slots ``slots`` (B, T) in every layer."""
         B, K, S, D = self.k.shape[1:]
-        T = pos.shape[1]
+        T = slots.shape[1]
         if not self.static:
             self.bound = min(S, self.bound + T)
-        self._index = pos[:, None, :, None].expand(B, K, T, D)  # (B, K, T, D)
+        self._index = slots[:, None, :, None].expand(B, K, T, D)  # (B, K, T, D)
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write this call's k, v (B, K, T, D) of one layer; return the slots in use (B, K, S', D)."""
@@ -63,6 +64,21 @@ class KVCache:
     def rollback(self, lengths: torch.Tensor) -> None:
         """Set each row's length (B,), each at most its current one. No K or V is copied."""
         self.lengths.copy_(lengths)
+
+    def compact(self, base: torch.Tensor, src: torch.Tensor) -> None:
+        """Move each row's accepted tree path to contiguous slots: slot base + src[b, k] to base + 1 + k.
+
+        base (B,): the slot of the tree's root; src (B, D): the path's nodes (slot offsets from the root,
+        in depth order; -1 past a row's path, which copies nothing). Only the D slots of each row move,
+        in every layer; a row's other slots are not touched.
+        """
+        D = src.shape[1]
+        dst = base[:, None] + 1 + torch.arange(D, device=src.device)  # (B, D)
+        src = torch.where(src >= 0, base[:, None] + src, dst)  # (B, D) past the path: a slot onto itself
+        L, B, K, _, Dh = self.k.shape
+        src, dst = (i[None, :, None, :, None].expand(L, B, K, D, Dh) for i in (src, dst))  # (L, B, K, D, Dh)
+        for buf in (self.k, self.v):
+            buf.scatter_(3, dst, buf.gather(3, src))
 
     def trim(self, max_length: int) -> None:
         """Tell the cache, from the host, that no row is longer than ``max_length``, so later

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -209,6 +210,19 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin  # (B, *, T, D)
 
 
+class TreeMask(NamedTuple):
+    """A forward pass's tokens as nodes of a tree: each sees the cached prefix and its own ancestors.
+
+    The tree occupies the R cache slots from ``base``; this call's T tokens are its last T slots (the
+    earlier ones were written by earlier calls of the same tree, as when a draft grows a tree level by
+    level). Slots before ``base`` are the prefix, visible to every node.
+    """
+
+    base: torch.Tensor  # (B,) the tree's first slot in each row (the cache length when the tree began)
+    positions: torch.Tensor  # (B, R) each tree slot's position (rotary and window): base + its depth
+    visible: torch.Tensor  # (B, T, R) bool: tree slot r is this call's token i or one of its ancestors
+
+
 class Block(nn.Module):
     """One pre-norm transformer layer: attention then SwiGLU MLP, each with a residual."""
 
@@ -305,37 +319,51 @@ class Model(nn.Module):
                        device=self.device, dtype=self.dtype, static=self.static_cache if static is None else static)
 
     def forward(self, tokens: torch.Tensor, cache: KVCache | None = None, output_index: torch.Tensor | None = None,
-                num_layers: int | None = None) -> torch.Tensor:
+                num_layers: int | None = None, tree: TreeMask | None = None, features: tuple[int, ...] = ()):
         """Logits for ``tokens`` (B, T).
 
-        With a cache, row b's tokens take positions ``cache.lengths[b] + 0..T-1``; they are
-        appended to the cache and ``cache.lengths`` grows by T. Without one, the tokens are a
-        whole sequence from position 0. ``output_index`` (B, N) picks the positions whose
-        logits are returned (B, N, V), e.g. each row's last prompt token; default all (B, T, V).
-        ``num_layers`` exits early: only the first layers run, then the final norm and LM head
-        (self-speculation, as in LayerSkip); the cache then holds those layers only.
+        With a cache, row b's tokens are written at slots ``cache.lengths[b] + 0..T-1`` and take
+        those positions, and ``cache.lengths`` grows by T. Without one, the tokens are a whole
+        sequence from position 0. ``tree`` makes the tokens nodes of a tree (:class:`TreeMask`):
+        each takes position base + its depth and attends to the prefix and its ancestors only.
+        ``output_index`` (B, N) picks the positions whose logits are returned (B, N, V), e.g. each
+        row's last prompt token; default all (B, T, V). ``num_layers`` exits early: only the first
+        layers run, then the final norm and LM head (self-speculation, as in LayerSkip); the cache
+        then holds those layers only. ``features``: also return the residual stream after these
+        layers (0 = the embeddings, l = after layer l), concatenated, as ``(logits, (B, T or N, C * k))``.
         """
         B, T = tokens.shape
-        if cache is None:
-            pos = torch.arange(T, device=tokens.device).expand(B, T)  # (B, T)
-            slots = torch.arange(T, device=tokens.device)  # (T,)
+        length = torch.zeros(B, dtype=torch.long, device=tokens.device) if cache is None else cache.lengths  # (B,)
+        new = length[:, None] + torch.arange(T, device=tokens.device)  # (B, T) the slots this call writes
+        if cache is not None:
+            cache.begin(new)
+        slots = torch.arange(T if cache is None else cache.slots_in_use, device=tokens.device)  # (S',)
+        if tree is None:  # causal: a query sees every slot up to its own
+            pos, slot_pos, visible = new, slots, slots <= new[:, None, :, None]  # (B, T), (S',), (B, 1, T, S')
         else:
-            pos = cache.lengths[:, None] + torch.arange(T, device=tokens.device)  # (B, T)
-            cache.begin(pos)
-            slots = torch.arange(cache.slots_in_use, device=tokens.device)  # (S',)
-        visible = slots <= pos[:, None, :, None]  # (B, 1, T, S') causal: a query sees slots up to its position
-        masks = {w: visible if w is None else visible & (slots > pos[:, None, :, None] - w) for w in self.windows}
+            r = slots - tree.base[:, None]  # (B, S') slot's index in the tree, < 0 in the prefix
+            in_tree = (r >= 0) & (r < tree.positions.shape[1])  # (B, S')
+            ri = r.clamp(0, tree.positions.shape[1] - 1)  # (B, S')
+            seen = tree.visible.gather(2, ri[:, None, :].expand(-1, T, -1))  # (B, T, S')
+            visible = ((r < 0)[:, None, :] | (in_tree[:, None, :] & seen))[:, None]  # (B, 1, T, S')
+            slot_pos = torch.where(in_tree, tree.positions.gather(1, ri), slots)[:, None, None, :]  # (B, 1, 1, S')
+            pos = tree.positions[:, -T:]  # (B, T)
+        masks = {w: visible if w is None else visible & (slot_pos > pos[:, None, :, None] - w) for w in self.windows}
         freqs = pos[..., None].float() * self.inv_freq.float()  # (B, T, D/2), float32 as in transformers
         emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # (B, 1, T, D)
         cos, sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)
         x = self.embed(tokens)  # (B, T, C)
-        for block in self.layers[:num_layers]:
+        kept = [x] if 0 in features else []
+        for i, block in enumerate(self.layers[:num_layers]):
             x = block(x, cos, sin, masks, cache)
+            if i + 1 in features:
+                kept.append(x)
         if cache is not None:
             cache.end(T)
-        if output_index is not None:
-            x = x.gather(1, output_index[..., None].expand(-1, -1, x.shape[-1]))  # (B, N, C)
-        return self.lm_head(F.rms_norm(x, (x.shape[-1],), self.norm, self.config.rms_norm_eps))  # (B, T or N, V)
+        pick = (lambda t: t) if output_index is None else (
+            lambda t: t.gather(1, output_index[..., None].expand(-1, -1, t.shape[-1])))  # (B, N, ...)
+        logits = self.lm_head(F.rms_norm(pick(x), (x.shape[-1],), self.norm, self.config.rms_norm_eps))  # (B, T|N, V)
+        return (logits, pick(torch.cat(kept, -1))) if features else logits
 
 
 # Hugging Face name -> ours, for one layer; q/k/v and gate/up are concatenated on load.

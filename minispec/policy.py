@@ -64,19 +64,21 @@ class GammaPolicy:
         self.accepted = self.accepted * keep + accepted
         self.tested = self.tested * keep + tested
 
-    def speedup(self, batch: float, gamma: int, alpha: float | None = None) -> float:
-        """Predicted speedup of gamma at this batch and ``alpha`` (None: the running estimate); gamma 0 gives 1."""
+    def speedup(self, batch: float, gamma: int, alpha: float | None = None, context: float | None = None) -> float:
+        """Predicted speedup of gamma at this batch, ``alpha`` (None: the running estimate) and ``context`` (tokens
+        of KV per row; None: the policy's own default); gamma 0 gives 1."""
         raise NotImplementedError
 
     def gammas(self) -> list[int]:
         """The gammas ``choose`` considers."""
         return list(range(self.gamma_max + 1))
 
-    def choose(self, batch_size: int) -> int:
-        """gamma for the next step at this batch size; 0 = speculation off."""
-        _check(batch=batch_size)
+    def choose(self, batch_size: int, context: float | None = None) -> int:
+        """gamma for the next step at this batch size and the running rows' mean ``context`` (tokens each
+        row's cache holds; the loop passes it every step); 0 = speculation off."""
+        _check(batch=batch_size, context=context or 0)
         alpha = self.alpha
-        return self._pick(lambda g: self.speedup(batch_size, g, alpha), self.gammas())
+        return self._pick(lambda g: self.speedup(batch_size, g, alpha, context), self.gammas())
 
     def _pick(self, speedup, gammas) -> int:
         """The gamma with the highest ``speedup(gamma)`` (the smallest on a tie; gamma 0 has speedup 1)."""
@@ -97,7 +99,7 @@ class FixedPolicy(GammaPolicy):
         self.gamma_max = self.gamma
         super().__post_init__()
 
-    def choose(self, batch_size: int) -> int:
+    def choose(self, batch_size: int, context: float | None = None) -> int:
         _check(batch=batch_size)
         return self.gamma
 
@@ -113,7 +115,7 @@ class RooflinePolicy(GammaPolicy):
     draft_cost: float = 0.05  # c, used when draft is None
     hardware: Hardware = H100_SXM
     model: ModelShape = LLAMA_8B  # the target
-    context: float = 0  # tokens in each row's KV cache; the loop may update it
+    context: float = 0  # tokens in each row's KV cache when choose() is not told the running context
     draft: ModelShape | None = None  # the draft's shape; c then follows from it at each batch and context
     draft_kv_window: int | None = None  # KV tokens the draft reads per row at most (None: all)
 
@@ -122,10 +124,10 @@ class RooflinePolicy(GammaPolicy):
         _check(draft_cost=self.draft_cost, context=self.context, draft=self.draft,
                draft_kv_window=self.draft_kv_window)
 
-    def speedup(self, batch: float, gamma: int, alpha: float | None = None) -> float:
+    def speedup(self, batch: float, gamma: int, alpha: float | None = None, context: float | None = None) -> float:
         return speculative_speedup(batch, self.alpha if alpha is None else alpha, gamma, self.draft_cost,
-                                   self.hardware, self.model, self.context, draft=self.draft,
-                                   draft_kv_window=self.draft_kv_window)
+                                   self.hardware, self.model, self.context if context is None else context,
+                                   draft=self.draft, draft_kv_window=self.draft_kv_window)
 
 
 def _interp(points: list[tuple[float, float]], x: float) -> float:
@@ -188,7 +190,8 @@ class MeasuredPolicy(GammaPolicy):
     def gammas(self) -> list[int]:
         return [g for g in range(self.gamma_max + 1) if g + 1 in self.table.tokens_per_row]
 
-    def speedup(self, batch: float, gamma: int, alpha: float | None = None) -> float:
+    def speedup(self, batch: float, gamma: int, alpha: float | None = None, context: float | None = None) -> float:
+        """As measured at the table's own context (``context`` is not used)."""
         _check(batch=batch, gamma=gamma)
         plain, verify = self.table.target(batch), self.table.target(batch, gamma + 1)
         return expected_tokens(self.alpha if alpha is None else alpha, gamma) * plain / (

@@ -20,13 +20,16 @@ import warnings
 
 import torch
 
-from minispec.decode import DecodeState, GenerationResult, decode_step, prefill
-from minispec.drafts import Draft, as_draft
+from minispec.decode import DecodeState, GenerationResult, check_request, decode_step, finish, first_token, prefill
+from minispec.drafts import Draft, DraftRun, as_draft
 from minispec.hardware import device_hardware, is_calibrated, preset_for
 from minispec.model import Model
 from minispec.policy import FixedPolicy, GammaPolicy, auto_policy
 from minispec.roofline import ModelShape
-from minispec.sampling import ACCEPT, TARGET, SamplingParams, probabilities, sample, uniform
+from minispec.sampling import Sampler, SamplingParams, probabilities, proposed, q_at, q_of, take
+from minispec.stats import Timeline
+from minispec.timing import PhaseTimer
+from minispec.tree import tree_mask, verify_tree
 
 AUTO_GAMMA_MAX = 8  # the longest draft gamma="auto" considers
 
@@ -35,8 +38,9 @@ def accept_reject(p, q, x, u, draw):
     """The speculative-sampling rule, for every row; nothing else.
 
     p (B, gamma+1, V): the target's distributions at the gamma draft positions and one more.
-    q (B, gamma, V): the draft's; x (B, gamma): the draft tokens; u (B, gamma): one uniform per
-    row and position; ``draw(weights)``: one token per row (B,) from unnormalised weights (B, V).
+    q: the draft's, dense (B, gamma, V) or point masses (:class:`~minispec.sampling.PointMass`);
+    x (B, gamma): the draft tokens; u (B, gamma): one uniform per row and position;
+    ``draw(weights)``: one token per row (B,) from unnormalised weights (B, V).
 
     - accepted tokens: x_i is accepted if u_i < p_i(x_i) / q_i(x_i) and every earlier x was;
     - recovered token: at a row's first rejection i, t ~ norm(max(0, p_i - q_i));
@@ -46,39 +50,48 @@ def accept_reject(p, q, x, u, draw):
     is all zero proposed nothing: q(x) = 0 is rejected and max(0, p - 0) = p, a plain draw.
     """
     p_x = p[:, :-1].gather(-1, x[..., None])[..., 0]  # (B, gamma)
-    q_x = q.gather(-1, x[..., None])[..., 0]  # (B, gamma) > 0 for every proposed token
+    q_x = q_of(q, x)  # (B, gamma) > 0 for every proposed token
     accepted = ((u * q_x < p_x) & (q_x > 0)).cumprod(1).bool()  # (B, gamma) u < p/q, up to the first rejection
     n = accepted.sum(1)  # (B,)
-    residual = (p[:, :-1] - q).clamp_min(0)  # (B, gamma, V) max(0, p - q)
+    p_n = take(p, n)  # (B, V) p at the first rejection, or p_{gamma+1}
+    residual = (p_n - q_at(q, x, n)).clamp_min(0)  # (B, V) max(0, p - q); q is zero past gamma: the bonus's p
     # Where p == q nothing is ever rejected and max(0, p - q) is all zero: fall back to p, no 0/0.
-    residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, p[:, :-1])
-    dist = torch.cat([residual, p[:, -1:]], 1)  # (B, gamma+1, V) the corrections, then the bonus from p
-    t = draw(dist.gather(1, n[:, None, None].expand(-1, 1, dist.shape[-1]))[:, 0])  # (B,)
-    return accepted, t
+    residual = torch.where(residual.sum(-1, keepdim=True) > 0, residual, p_n)  # (B, V)
+    return accepted, draw(residual)
 
 
-def speculative_step(target: Model, t_cache, draft: Draft, state: DecodeState, gamma: int, rule=accept_reject):
-    """Draft, verify, accept, roll back: one step for every row.
+def speculative_step(target: Model, t_cache, run: DraftRun, state: DecodeState, sampler: Sampler, gamma: int,
+                     timer: PhaseTimer, rule=accept_reject):
+    """Draft, verify, accept, roll back: one step for every row; a chain, or a tree in one pass.
 
-    Returns accepted and proposed (B, gamma' <= gamma): the draft tokens accepted, and those proposed.
+    Returns path (B, depth), the accepted draft tokens' indices (1-based, -1 past a row's last;
+    for a chain, positions), their ranks among their siblings (None for a chain), and the tokens
+    each row proposed (B,).
     """
-    timer = state.timer
     with timer("draft"):
-        q, x = draft.propose(state, gamma)  # (B, gamma, V), (B, gamma)
-        proposed = q.amax(-1) > 0  # (B, gamma) q is all zero where a row proposed nothing
-        if draft.ragged:  # host sync: verify only up to the longest proposal (0: a plain step), as vLLM does
-            width = int(proposed.sum(1).max())
-            q, x, proposed = q[:, :width], x[:, :width], proposed[:, :width]  # (B, width, ...)
+        x, q, tree = run.propose(state, gamma)  # (B, T), q of each, the tree's shape (None: a chain)
     with timer("verify"):
-        p = probabilities(target(torch.cat([state.last(1), x], 1), t_cache), state.params)  # (B, gamma+1, V)
+        root = t_cache.lengths.clone()  # (B,) the slot the root (each row's last token) goes to
+        mask = None if tree is None else tree_mask(tree, root)
+        out = target(torch.cat([state.last(1), x], 1), t_cache, tree=mask, features=run.features)
+        logits, h = out if run.features else (out, None)  # (B, T+1, V), (B, T+1, F)
+        p = probabilities(logits, sampler.params)  # (B, T+1, V)
     with timer("accept"):
-        u = uniform(state.keys_now(ACCEPT, x.shape[1]))  # (B, gamma) one uniform per row and position
-        accepted, t = rule(p, q, x, u, lambda w: sample(w, state.draw_keys(TARGET)))  # (B, gamma), (B,)
-        n = accepted.sum(1)  # (B,)
-        new = torch.cat([x, t[:, None]], 1).scatter(1, n[:, None], t[:, None])  # (B, gamma+1) x_1..x_n, t
-        state.emit(new, n + 1, drafted=torch.arange(x.shape[1] + 1, device=x.device) < n[:, None])
+        u = sampler.accept_uniforms(state.total, x.shape[1])  # (B, T) one uniform per draft token
+        draw = lambda w: sampler.draw(w, state.total)  # noqa: E731 the target's draw: a correction or bonus
+        if tree is None:
+            accepted, t = rule(p, q, x, u, draw)  # (B, T), (B,)
+            path, rank = torch.where(accepted, torch.arange(1, x.shape[1] + 1, device=x.device), -1), None  # (B, T)
+        else:
+            path, rank, t = verify_tree(p, q, x, tree, u, draw)  # (B, depth) each, (B,)
+            t_cache.compact(root, path)  # the accepted path's KV next to the prefix; the rest is stale
+        n = (path > 0).sum(1)  # (B,) draft tokens accepted
+        new = torch.cat([x.gather(1, (path - 1).clamp_min(0)), t[:, None]], 1).scatter(1, n[:, None], t[:, None])
+        state.emit(new, n + 1, drafted=torch.arange(new.shape[1], device=x.device) < n[:, None])  # x's, then t
         t_cache.rollback(state.total - 1)  # keep what was accepted; finished rows stay put
-    return accepted, proposed
+        run.verified(path, n, None if h is None else h.gather(1, torch.cat([torch.zeros_like(n)[:, None], path.clamp_min(
+            0)], 1)[..., None].expand(-1, -1, h.shape[-1])))  # features at the root and along the path
+    return path, rank, proposed(q).sum(1)
 
 
 @torch.inference_mode()
@@ -89,19 +102,20 @@ def speculative_generate(target: Model, draft, prompts, gamma: int | str | Gamma
     """Speculative decoding of a batch; the output has the target's distribution exactly.
 
     ``draft``: a smaller :class:`Model` sharing the target's vocabulary, or a :class:`Draft`
-    (``PromptLookupDraft()``, ``LayerSkipDraft(target, n)``). ``gamma``: draft tokens per step
-    (>= 1); ``"auto"`` to let the roofline policy choose it each step from the running batch size
-    and acceptance (0 = a plain step), on this device's preset or calibration; or any
-    :class:`GammaPolicy`. ``seed`` as in :func:`minispec.generate`. ``rule``: the accept rule
-    (:func:`accept_reject`; benchmarks and the course swap in others, and the stats say
-    ``synthetic`` for a rule marked so). Returns the same :class:`GenerationResult` as
-    :func:`minispec.generate`, with speculative stats and ``.accepted`` marking accepted draft tokens.
+    (``PromptLookupDraft()``, ``LayerSkipDraft(target, n)``, ``TreeDraft(draft, ...)``, ...). ``gamma``: draft
+    tokens per step (>= 1; for a tree, its greatest depth); ``"auto"`` to let the roofline policy choose it
+    each step from the running batch size, the running rows' context and the acceptance so far (0 = a
+    plain step), on this device's preset or calibration; or any :class:`GammaPolicy`. ``seed`` as in
+    :func:`minispec.generate`. ``rule``: the accept rule of a chain (:func:`accept_reject`; benchmarks and
+    the course swap in others, and the stats say ``synthetic`` for a rule marked so). Returns the same
+    :class:`GenerationResult` as :func:`minispec.generate`, with speculative stats and ``.accepted``
+    marking accepted draft tokens.
     """
     draft, policy = as_draft(draft), _policy(gamma)
     G = AUTO_GAMMA_MAX if policy is None else policy.gamma_max
-    state = DecodeState(target, prompts, max_new_tokens, SamplingParams(temperature, top_k, top_p), seed,
-                        eos_token_id, slack=G + 1)
-    draft.check(target, state.slots - G - 1)
+    prompts, eos = check_request(target, prompts, max_new_tokens, eos_token_id)
+    state = DecodeState(prompts, max_new_tokens, eos, target.device, slack=draft.width(G) + 1)
+    draft.check(target, state.slots - draft.width(G) - 1)
     if policy is None:  # validated above; now the device's ceilings (a preset, or one calibration per process)
         if preset_for(target.device) is None and not is_calibrated(target.device, target.dtype):
             warnings.warn(f"gamma='auto' measures {target.device}'s bandwidth and FLOP/s once for this process "
@@ -110,43 +124,69 @@ def speculative_generate(target: Model, draft, prompts, gamma: int | str | Gamma
         hardware = device_hardware(target.device, target.dtype)
         policy = auto_policy(ModelShape.from_model(target), draft.shape, hardware, gamma_max=G)
     policy.start()
+    sampler = Sampler(SamplingParams(temperature, top_k, top_p), seed, state.batch_size, target.device)
+    timeline, timer = Timeline(), PhaseTimer(target.device)
     t_cache = target.new_cache(state.batch_size, state.slots)
-    with state.timer("prefill"):
-        logits = prefill(target, state, t_cache)  # (B, V)
-    with state.timer("draft_prefill"):
-        draft.start(state)  # the draft reads every prompt too: a cost in TTFT
-    state.first_token(logits)
-    dev = state.device
-    proposed_at = torch.zeros(G, dtype=torch.long, device=dev)  # (G,) rows that proposed position i
-    accepted_at = torch.zeros(G, dtype=torch.long, device=dev)  # (G,) of which accepted
-    n_tested = torch.zeros((), dtype=torch.long, device=dev)  # draft tokens the accept test reached
-    gammas, running = [], state.start_loop()
+    with timer("prefill"):
+        out = prefill(target, state, t_cache, features=draft.features)
+        logits, feats = out if draft.features else (out, None)  # (B, V), (B, P, F)
+    with timer("draft_prefill"):
+        run = draft.start(target, state, sampler, feats)  # the draft reads every prompt too: a cost in TTFT
+    first_token(state, sampler, logits, timeline)
+    count = _Counts(draft.width(G), state.device)
+    gammas, (running, _, context, *_) = [], state.start_loop()
     while running:
-        g = policy.choose(running)
+        g = policy.choose(running, context)
+        if not 0 <= g <= G:
+            raise ValueError(f"{type(policy).__name__} chose gamma {g}, outside 0..gamma_max={G}: the cache keeps "
+                             f"{draft.width(G)} spare slots per row")
         if g == 0:  # speculation off: a plain target step; the draft falls one more token behind
-            with state.timer("decode"):
-                decode_step(target, t_cache, state)
+            with timer("decode"):
+                run.skipped(decode_step(target, t_cache, state, sampler, draft.features))
             end = state.end_step()
         else:
-            active = ~state.done[:, None]  # (B, 1)
-            accepted, proposed = speculative_step(target, t_cache, draft, state, g, rule)  # (B, w <= g) each
-            accepted, proposed, w = accepted & active, proposed & active, accepted.shape[1]
-            proposed_at[:w] += proposed.sum(0)
-            accepted_at[:w] += accepted.sum(0)
-            tested = torch.minimum(accepted.sum(1) + 1, proposed.sum(1))  # (B,) up to each row's first rejection
-            n_tested += tested.sum()
-            end = state.end_step(accepted.sum(), tested.sum())
+            active = ~state.done  # (B,)
+            path, rank, offered = speculative_step(target, t_cache, run, state, sampler, g, timer, rule)
+            end = state.end_step(*count.add(path, rank, offered, active))
             policy.observe(end.accepted, end.tested)
-        running = end.running
+        timeline.step(running)
+        running, context = end.running, end.context
         gammas.append(g)
         t_cache.trim(end.longest)
-    proposed_at, accepted_at = proposed_at.tolist(), accepted_at.tolist()
-    used = [i for i in range(G) if proposed_at[i]]
-    return state.result(
-        gamma=gamma if isinstance(gamma, (int, str)) else type(gamma).__name__, draft=repr(draft),
-        num_drafts=proposed_at[0], draft_tokens=sum(proposed_at), accepted_tokens=sum(accepted_at),
-        tested_tokens=int(n_tested), per_position_acceptance_rates=[accepted_at[i] / proposed_at[i] for i in used],
-        gamma_per_step=gammas, synthetic=getattr(rule, "synthetic", False))
+    return finish(state, timeline, timer, gamma=gamma if isinstance(gamma, (int, str)) else type(gamma).__name__,
+                  draft=repr(draft), gamma_per_step=gammas, synthetic=getattr(rule, "synthetic", False),
+                  **count.stats())
+
+
+class _Counts:
+    """Acceptance counters kept on the device through the loop (vLLM's names), read once at the end."""
+
+    def __init__(self, width: int, device):
+        zeros = lambda n: torch.zeros(n, dtype=torch.long, device=device)  # noqa: E731
+        self.drafts, self.offered, self.tested = zeros(()), zeros(()), zeros(())  # rows that proposed, tokens, tested
+        self.at, self.by_rank = zeros(width), zeros(width)  # accepted per position (depth), per child rank
+
+    def add(self, path, rank, offered, active):
+        """One step's path (B, depth), ranks (B, depth) or None, tokens offered (B,) over active rows (B,):
+        the step's accepted and tested draft tokens (0-dim tensors) for the policy."""
+        ok = (path > 0) & active[:, None]  # (B, depth)
+        n = ok.sum(1)  # (B,)
+        self.drafts += ((offered > 0) & active).sum()
+        self.offered += (offered * active).sum()
+        self.at[: ok.shape[1]] += ok.sum(0)
+        if rank is not None:
+            self.by_rank += torch.zeros_like(self.by_rank).scatter_add_(0, rank[ok], torch.ones_like(rank[ok]))
+        tested = (torch.minimum(n + 1, offered) * active).sum()  # up to each row's first rejection
+        self.tested += tested
+        return n.sum(), tested
+
+    def stats(self) -> dict:
+        drafts, at = int(self.drafts), self.at.tolist()
+        used = len(at) - next((i for i, a in enumerate(reversed(at)) if a), len(at))
+        return dict(num_drafts=drafts, draft_tokens=int(self.offered), accepted_tokens=sum(at),
+                    tested_tokens=int(self.tested), accepted_per_position=at[:used],
+                    per_position_acceptance_rates=[a / drafts for a in at[:used]] if drafts else [],
+                    accepted_per_rank=[r for r in self.by_rank.tolist()] if any(self.by_rank.tolist()) else None)
 
 
 def _policy(gamma) -> GammaPolicy | None:

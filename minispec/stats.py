@@ -11,7 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import time
 from dataclasses import dataclass, field
+
+import torch
+
+from minispec.timing import synchronize
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -47,7 +52,9 @@ class Stats:
     # draft tokens the rule accepted (in a row's last step, also those cut by max_new_tokens or EOS)
     accepted_tokens: int | None = None
     tested_tokens: int | None = None  # draft tokens the accept test reached (up to each row's first rejection)
-    per_position_acceptance_rates: list[float] | None = None  # share of drafts accepted at position i
+    accepted_per_position: list[int] | None = None  # draft tokens accepted at position (tree depth) i
+    per_position_acceptance_rates: list[float] | None = None  # accepted at position i / num_drafts (vLLM's)
+    accepted_per_rank: list[int] | None = None  # trees: accepted nodes that were their parent's k-th child
     gamma_per_step: list[int] | None = field(default=None, repr=False)  # the gamma each step used
     synthetic: bool = False  # the accept rule was a synthetic one (bench's Bernoulli(alpha) acceptance), not exact
 
@@ -96,24 +103,45 @@ class Stats:
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
 
 
-def latency_stats(t0: float, t_first: float, step_ends: list[float], step_active: list[int],
-                  row_tokens: list[int], row_finish_step: list[int]) -> dict:
-    """TTFT, TPOT and ITL from host timestamps.
+@dataclass
+class Timeline:
+    """Host timestamps of one call: its start, the first token, and the end of each decode step with the
+    rows it served."""
 
-    ``step_ends[s]`` is when decode step s ended, ``step_active[s]`` how many rows it served,
-    ``row_finish_step[b]`` the step that gave row b its last token (-1: the first token).
-    """
-    ends = [t_first] + step_ends
+    t0: float = field(default_factory=time.perf_counter)
+    t_first: float = math.nan
+    step_ends: list[float] = field(default_factory=list)
+    step_active: list[int] = field(default_factory=list)
+
+    def first_token(self, device) -> None:
+        """The first tokens exist: time to first token ends here."""
+        synchronize(torch.device(device))  # host sync: TTFT is the moment the first token exists
+        self.t_first = time.perf_counter()
+
+    def step(self, active: int) -> None:
+        """A decode step that served ``active`` rows has ended (the loop has just synchronised)."""
+        self.step_ends.append(time.perf_counter())
+        self.step_active.append(active)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+
+def latency_stats(timeline: Timeline, row_tokens: list[int], row_finish_step: list[int]) -> dict:
+    """TTFT, TPOT and ITL from a call's timeline: ``row_tokens[b]`` tokens in row b, whose last came
+    at decode step ``row_finish_step[b]`` (-1: the first token)."""
+    t_first, step_active = timeline.t_first, timeline.step_active
+    ends = [t_first] + timeline.step_ends
     row_tpot = [(ends[f + 1] - t_first) / (n - 1) if n > 1 else math.nan for n, f in zip(row_tokens, row_finish_step)]
     itl = [g for s, g in enumerate(b - a for a, b in zip(ends, ends[1:])) for _ in range(step_active[s])]
     tpots = [t for t in row_tpot if not math.isnan(t)]
     return {
-        "ttft_s": t_first - t0,
+        "ttft_s": t_first - timeline.t0,
         "tpot_p50_s": percentile(tpots, 50),
         "tpot_p99_s": percentile(tpots, 99),
         "itl_p50_s": percentile(itl, 50),
         "itl_p99_s": percentile(itl, 99),
         "row_tpot_s": row_tpot,
         "row_tokens": row_tokens,
-        "num_steps": len(step_ends),
+        "num_steps": len(timeline.step_ends),
     }

@@ -1,11 +1,13 @@
-"""Temperature, top-k and top-p as distributions, and the exponential-race sampler."""
+"""Temperature, top-k and top-p as distributions; Philox4x32-10; the inverse-CDF sampler at its boundaries."""
 
 import pytest
 import torch
 
-from minispec.sampling import SamplingParams, keys_at, probabilities, row_keys, row_seeds, sample, uniform
+from minispec import sampling
+from minispec.sampling import SamplingParams, philox4x32, probabilities, row_keys, row_seeds, sample, uniforms
 
 LOGITS = torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0]])
+MASK = 0xFFFFFFFF
 
 
 def test_greedy_is_one_hot_and_never_divides_by_zero():
@@ -34,22 +36,78 @@ def test_top_p_keeps_the_smallest_nucleus():
     assert torch.allclose(probabilities(LOGITS, SamplingParams(1.0, top_p=0.5))[0], torch.eye(5)[0])
 
 
+# --- Philox4x32-10 -------------------------------------------------------------------------------
+
+# Random123's tests/kat_vectors (github.com/DEShawResearch/random123), the three "philox4x32 10" lines:
+# counter (4 words), key (2 words), expected output (4 words).
+KAT = [
+    ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
+    ((MASK,) * 4, (MASK, MASK), (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
+    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
+     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+]
+
+
+def test_philox_known_answers():
+    counters = torch.tensor([c for c, _, _ in KAT])  # (3, 4)
+    keys = torch.tensor([k for _, k, _ in KAT])  # (3, 2)
+    assert philox4x32(counters, keys).tolist() == [list(e) for _, _, e in KAT]
+    # one key broadcast over many counters gives each counter's own answer
+    out = philox4x32(counters[None].expand(5, 3, 4), keys)  # (5, 3, 4)
+    assert (out == torch.tensor([list(e) for _, _, e in KAT])).all()
+
+
+def test_philox_with_fewer_rounds_is_a_different_function():
+    """A negative control: Random123's 7-round vector differs, so the KAT does pin the round count."""
+    assert philox4x32(torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 2, dtype=torch.long), rounds=7).tolist() \
+        != [list(KAT[0][2])]
+
+
 def keys(n, seed=0):
-    return row_keys(row_seeds(seed, n), "cpu")  # (n,)
+    return row_keys(row_seeds(seed, n))  # (n, 2)
+
+
+def test_uniforms_are_strictly_inside_0_1_even_at_the_extreme_raw_words(monkeypatch):
+    """u = (k + 0.5) / 2^52 with k the 52 top bits of two words: k = 0 and k = 2^52 - 1 give 2^-53 and
+    1 - 2^-53, never 0 or 1 (the old 24-bit float32 uniform rounded its top value to 1.0)."""
+    for word in (0, MASK):
+        monkeypatch.setattr(sampling, "philox4x32", lambda c, k, word=word: torch.full((*c.shape[:-1], 4), word))
+        u = uniforms(keys(3), 1, torch.zeros(3, dtype=torch.long), 4)  # (3, 4)
+        assert (u > 0).all() and (u < 1).all()
+        assert u.flatten().unique().tolist() == [2.0**-53 if word == 0 else 1 - 2.0**-53]
+
+
+def test_no_zero_weight_token_at_the_extreme_uniforms():
+    """At V = 131,072 with half the weights zero, the smallest and largest possible uniforms (and u = 0 and
+    1 themselves) pick a positive-weight token; the old float32 race picked a zero-weight one at u = 1."""
+    V = 131_072
+    w = torch.rand(4, V)  # (4, V)
+    w[:, ::2] = 0  # every other token has weight zero, the first and last included
+    w[:, -1] = 0
+    u = torch.tensor([0.0, 2.0**-53, 1 - 2.0**-53, 1.0], dtype=torch.float64)  # (4,)
+    t = sample(w, u)  # (4,)
+    assert (w.gather(1, t[:, None]) > 0).all()
+    assert t[0] == 1 and t[3] == V - 3  # the first and the last positive-weight tokens
+
+    def old_race(w, u):  # the exponential race of the previous sampler, with its float32 uniform
+        return (w / -u.float().log()).argmax(-1)
+
+    assert w[0, old_race(w[:1], torch.ones(1, V))] == 0  # u = 1.0: -log 1 = -0, 0 / -0 = NaN wins the argmax
 
 
 def test_sample_follows_unnormalised_weights():
     w = torch.tensor([1.0, 0.0, 3.0, 4.0])  # target 0.125, 0, 0.375, 0.5
-    draws = sample(w.expand(200_000, 4), keys(200_000))
-    freq = torch.bincount(draws, minlength=4) / 200_000
+    n = 200_000
+    draws = sample(w.expand(n, 4), uniforms(keys(n), 1, torch.zeros(n, dtype=torch.long), 1)[:, 0])
+    freq = torch.bincount(draws, minlength=4) / n
     assert freq[1] == 0
     assert torch.allclose(freq, w / w.sum(), atol=0.005)  # 4.5 sigma for p = 0.5 and 200,000 draws
-    assert torch.equal(sample(w.expand(5, 4), None), torch.full((5,), 3))  # no keys: the argmax (greedy)
+    assert torch.equal(sample(w.expand(5, 4), None), torch.full((5,), 3))  # no uniforms: the argmax (greedy)
 
 
 def test_counter_based_uniforms_are_uniform_and_independent():
-    u = uniform(keys(4096), 64)  # (4096, 64): 64 draws from each of 4096 row keys
-    assert 0 < u.min() and u.max() < 1
+    u = uniforms(keys(4096), 1, torch.zeros(4096, dtype=torch.long), 64)  # (4096, 64)
+    assert u.dtype == torch.float64 and 0 < u.min() and u.max() < 1
     assert abs(u.mean().item() - 0.5) < 0.002 and abs(u.var().item() - 1 / 12) < 0.002
     counts = torch.histc(u, bins=16, min=0, max=1)  # 16,384 expected per bin
     assert ((counts - 16384).abs() < 5 * 128).all()  # 5 sigma, sigma = sqrt(16384 * 15/16) ~ 124
@@ -60,11 +118,13 @@ def test_counter_based_uniforms_are_uniform_and_independent():
 
 
 def test_a_rows_numbers_depend_on_its_seed_stream_and_position_only():
-    a = keys_at(row_keys([7, 8, 9], "cpu"), 1, torch.tensor([5, 5, 5]))
-    b = keys_at(row_keys([9], "cpu"), 1, torch.tensor([5]))
-    assert a[2] == b[0] and len(set(a.tolist())) == 3
-    assert keys_at(row_keys([9], "cpu"), 2, torch.tensor([5])) != b  # another stream
-    assert keys_at(row_keys([9], "cpu"), 1, torch.tensor([6])) != b  # another position
+    pos = torch.tensor([5, 5, 5])
+    a = uniforms(row_keys([7, 8, 2**64 - 1]), 1, pos, 3)  # (3, 3)
+    b = uniforms(row_keys([2**64 - 1]), 1, pos[:1], 3)  # (1, 3)
+    assert torch.equal(a[2], b[0]) and len(set(a.flatten().tolist())) == 9
+    assert not torch.equal(uniforms(row_keys([2**64 - 1]), 2, pos[:1], 3), b)  # another stream
+    assert not torch.equal(uniforms(row_keys([2**64 - 1]), 1, pos[:1] + 1, 3), b)  # another position
+    assert not torch.equal(uniforms(row_keys([2**63 - 1]), 1, pos[:1], 3), b)  # the seed's high bits count
     assert row_seeds(3, 2) == row_seeds(3, 2) != row_seeds(4, 2) and row_seeds([1, 2], 2) == [1, 2]
 
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import minispec
 from conftest import random_model
 from minispec.policy import FixedPolicy
-from minispec.sampling import SamplingParams, keys_at, probabilities, row_keys, row_seeds, sample, subkeys, uniform
+from minispec.sampling import ACCEPT, TARGET, SamplingParams, probabilities, row_keys, row_seeds, sample, uniforms
 from minispec.speculative import accept_reject, speculative_generate
 
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], [12], [13, 14, 15, 16, 17], [3] * 20, [9, 8], [7] * 11, [60]]
@@ -134,8 +134,8 @@ def test_identical_draft_accepts_everything(pair):
 
 def randomness(B, gamma, seed=0):
     """Uniforms (B, gamma) and a draw function from the library's own counter-based generator."""
-    keys = row_keys(row_seeds(seed, B), "cpu")  # (B,)
-    return uniform(subkeys(keys, gamma)), lambda w: sample(w, keys_at(keys, 3, torch.zeros(B, dtype=torch.long)))
+    keys, zero = row_keys(row_seeds(seed, B)), torch.zeros(B, dtype=torch.long)  # (B, 2), (B,)
+    return uniforms(keys, ACCEPT, zero, gamma), lambda w: sample(w, uniforms(keys, TARGET, zero, 1)[:, 0])
 
 
 def test_a_fresh_uniform_for_every_position():
@@ -252,7 +252,7 @@ class Scripted(FixedPolicy):
         super().__init__(max(gammas))
         self.script, self.i = gammas, 0
 
-    def choose(self, batch_size):
+    def choose(self, batch_size, context=None):
         self.i += 1
         return self.script[(self.i - 1) % len(self.script)]
 
@@ -308,25 +308,28 @@ def test_embedded_pair_greedy_batch_8():
 def test_the_step_synchronises_with_the_host_only_where_labelled(make_draft, syncs):
     import warnings
 
-    from minispec.decode import DecodeState, prefill
+    from minispec.decode import DecodeState, first_token, prefill
+    from minispec.sampling import Sampler
     from minispec.speculative import speculative_step
+    from minispec.stats import Timeline
+    from minispec.timing import PhaseTimer
 
     target = random_model(seed=0).cuda()
     draft = make_draft(target)
     for temperature in (0.0, 1.0):
-        state = DecodeState(target, PROMPTS, 16, SamplingParams(temperature, top_p=0.9 if temperature else None), 0,
-                            None, slack=5)
+        params = SamplingParams(temperature, top_p=0.9 if temperature else None)
+        state, sampler = DecodeState(PROMPTS, 16, [], "cuda", slack=5), Sampler(params, 0, 8, "cuda")
         draft.check(target, state.slots)
         t_cache = target.new_cache(8, state.slots)
-        state.first_token(prefill(target, state, t_cache))
-        draft.start(state)
+        first_token(state, sampler, prefill(target, state, t_cache), Timeline())
+        run = draft.start(target, state, sampler)
         state.start_loop()
         torch.cuda.synchronize()
         torch.cuda.set_sync_debug_mode("warn")
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                speculative_step(target, t_cache, draft, state, 4)
+                speculative_step(target, t_cache, run, state, sampler, 4, PhaseTimer("cuda"))
         finally:
             torch.cuda.set_sync_debug_mode("default")
         assert sum("synchroniz" in str(w.message) for w in caught) == syncs, [str(w.message) for w in caught]
@@ -408,15 +411,15 @@ def test_prompt_lookup_proposes_the_continuation_of_the_latest_match():
     """A row ending in "7 8" proposes what followed its most recent earlier "7 8"; a row with no
     match proposes nothing, and the stats count only what was proposed."""
     from minispec.decode import DecodeState
+    from minispec.sampling import Sampler
 
     model = random_model(vocab=16)
     prompts = [[7, 8, 1, 2, 3, 7, 8, 4, 5, 7, 8], [1, 2, 3, 4, 5]]
-    state = DecodeState(model, prompts, 4, SamplingParams(), 0, None)
+    state = DecodeState(prompts, 4, [], "cpu")
     draft = minispec.PromptLookupDraft(max_ngram=2)
-    draft.check(model, state.slots)
-    q, x = draft.propose(state, 3)
-    assert x[0].tolist() == [4, 5, 7] and q[0].sum(-1).tolist() == [1, 1, 1]
-    assert q[1].sum().item() == 0  # no earlier occurrence of any suffix n-gram
+    x, q, tree = draft.start(model, state, Sampler(SamplingParams(), 0, 2)).propose(state, 3)
+    assert x[0].tolist() == [4, 5, 7] and q.proposed[0].tolist() == [True] * 3 and tree is None
+    assert not q.proposed[1].any()  # no earlier occurrence of any suffix n-gram: q is all zero
     out = speculative_generate(model, draft, prompts, gamma=3, max_new_tokens=4)
     assert out.tokens == minispec.generate(model, prompts, max_new_tokens=4).tokens
 
