@@ -23,7 +23,8 @@ import bisect
 from dataclasses import dataclass, field
 
 from minispec.hardware import H100_SXM, Hardware
-from minispec.roofline import LLAMA_8B, ModelShape, _check, expected_tokens, speculative_speedup
+from minispec.roofline import LLAMA_8B, ModelShape, expected_tokens, speculative_speedup
+from minispec.roofline import check_arguments as _check
 
 
 @dataclass(kw_only=True)

@@ -159,8 +159,8 @@ def philox4x32(counter: torch.Tensor, key: torch.Tensor, rounds: int = 10) -> to
     done in 16-bit halves of the multiplier so that every product fits in int64.
     """
     batch = torch.broadcast_shapes(counter.shape[:-1], key.shape[:-1])
-    c = counter.movedim(-1, 0).expand(4, *batch)  # (4, ...)
-    k = key.movedim(-1, 0).expand(2, *batch)  # (2, ...) (k0, k1)
+    c = counter.expand(*batch, 4).movedim(-1, 0)  # (4, ...)
+    k = key.expand(*batch, 2).movedim(-1, 0)  # (2, ...) (k0, k1)
     even, odd = c[0::2], c[1::2]  # (2, ...) (c0, c2) and (c1, c3)
     shape = (2,) + (1,) * (c.dim() - 1)
     m_lo = torch.tensor([m & 0xFFFF for m in _M], device=c.device).view(shape)  # (2, 1...)
