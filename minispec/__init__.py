@@ -7,11 +7,13 @@
     print(tok.decode(out.tokens[0]), out.stats.acceptance_rate)
 
 Drafts that need no draft model: ``minispec.PromptLookupDraft()`` and ``minispec.LayerSkipDraft(target, n)``.
+A tree of drafts verified in one pass: ``minispec.TreeDraft(draft, branching=(4, 2, 2, 1))`` or
+``minispec.TreeDraft(draft, budget=16, depth=5)`` (EAGLE-2's dynamic tree).
 """
 
 from minispec.course import grade_accept_rule
 from minispec.decode import GenerationResult, generate
-from minispec.drafts import Draft, LayerSkipDraft, ModelDraft, PromptLookupDraft
+from minispec.drafts import Draft, LayerSkipDraft, ModelDraft, PromptLookupDraft, TreeDraft
 from minispec.hardware import H100_SXM, H200, Hardware
 from minispec.load import EMBEDDED, fetch, load
 from minispec.model import Model, ModelConfig
@@ -30,8 +32,8 @@ from minispec.stats import Stats
 from minispec.tokenizer import ByteTokenizer
 
 __all__ = [
-    "EMBEDDED", "H100_SXM", "H200", "ByteTokenizer", "Draft", "GenerationResult", "Hardware", "LayerSkipDraft", "Model",
-    "ModelConfig", "ModelDraft", "ModelShape", "PromptLookupDraft", "SamplingParams", "Stats", "accept_reject",
-    "break_even_batch", "compute_bound_batch", "expected_tokens", "fetch", "generate", "grade_accept_rule",
-    "leviathan_speedup", "load", "speculative_generate", "speculative_speedup", "step_time",
+    "EMBEDDED", "H100_SXM", "H200", "ByteTokenizer", "Draft", "GenerationResult", "Hardware", "LayerSkipDraft",
+    "Model", "ModelConfig", "ModelDraft", "ModelShape", "PromptLookupDraft", "SamplingParams", "Stats", "TreeDraft",
+    "accept_reject", "break_even_batch", "compute_bound_batch", "expected_tokens", "fetch", "generate",
+    "grade_accept_rule", "leviathan_speedup", "load", "speculative_generate", "speculative_speedup", "step_time",
 ]

@@ -63,7 +63,7 @@ class StepEnd(NamedTuple):
 
     running: int  # rows still generating
     longest: int  # the longest row's tokens (prompt + generated): a bound for the caches
-    context: float  # mean tokens per running row (0 when none runs): the KV each reads next step
+    context: float  # mean KV tokens per running row (all its tokens but the last; 0 when none runs)
     accepted: int = 0  # speculative steps: draft tokens accepted, over running rows
     tested: int = 0  # speculative steps: draft tokens the accept test reached (up to each row's first rejection)
 
@@ -126,16 +126,16 @@ class DecodeState:
         return end
 
     def end_step(self, accepted: torch.Tensor | None = None, tested: torch.Tensor | None = None) -> StepEnd:
-        """Close a decode step with one host sync: rows still running, the longest row, the running rows'
-        mean length, and for a speculative step its accepted and tested draft tokens (0-dim tensors)."""
+        """Close a decode step with one host sync: rows still running, the longest row, the running rows' mean
+        KV length, and for a speculative step its accepted and tested draft tokens (0-dim tensors)."""
         running = ~self.done  # (B,)
         extra = [t for t in (accepted, tested) if t is not None]
         # host sync: the loop must know whether any row is still running.
-        n, longest, tokens, *rest = torch.stack([running.sum(), self.total.max(), (self.total * running).sum(),
-                                                 *extra]).tolist()
+        n, longest, kv, *rest = torch.stack([running.sum(), self.total.max(), ((self.total - 1) * running).sum(),
+                                             *extra]).tolist()
         self.step += 1
         self.longest = longest
-        return StepEnd(n, longest, tokens / n if n else 0.0, *rest)
+        return StepEnd(n, longest, kv / n if n else 0.0, *rest)
 
 
 def finish(state: DecodeState, timeline: Timeline, timer: PhaseTimer, **spec) -> GenerationResult:

@@ -271,7 +271,8 @@ class TreeDraft(Draft):
             raise ValueError(f"a TreeDraft grows its tree with a draft model; got {type(self.draft).__name__}")
         if budget is not None or depth is not None:
             if branching is not None or paths is not None:
-                raise ValueError("give a static tree (branching= or paths=) or a dynamic one (budget=, depth=), not both")
+                raise ValueError("give a static tree (branching= or paths=) or a dynamic one (budget=, depth=), "
+                                 "not both")
             for name, v in (("budget", budget), ("depth", depth), ("topk", topk)):
                 if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                     raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
@@ -356,6 +357,7 @@ class _TreeRun(DraftRun):
         vis = torch.zeros(B, 0, 0, dtype=torch.bool, device=dev)  # (B, f, f) ancestors among the fed nodes
         positions = torch.zeros(B, 0, dtype=torch.long, device=dev)  # (B, f)
         hs = None if h is None else h[:, None].expand(B, k, -1)  # (B, k, C) the frontier's parents' states
+        frontier_parent = None  # (B, k) from depth 2 on: each frontier node's parent among the fed nodes
         for d in range(1, depth):
             f = vis.shape[1]
             own = torch.eye(k, dtype=torch.bool, device=dev).expand(B, k, k)  # (B, k, k)
@@ -364,7 +366,8 @@ class _TreeRun(DraftRun):
             vis = torch.cat([torch.cat([vis, torch.zeros(B, f, k, dtype=torch.bool, device=dev)], 2),
                              torch.cat([above, own], 2)], 1)  # (B, f+k, f+k)
             positions = torch.cat([positions, (self.root + d)[:, None].expand(B, k)], 1)  # (B, f+k)
-            fed.append(torch.full_like(toks[-1], -1).scatter(1, frontier, (f + 1 + torch.arange(k, device=dev)).expand(B, k)))
+            slot = (f + 1 + torch.arange(k, device=dev)).expand(B, k)  # (B, k) where the frontier goes, from the root
+            fed.append(torch.full_like(toks[-1], -1).scatter(1, frontier, slot))
             out, hs = self.inner.extend(toks[-1].gather(1, frontier), hs,
                                         TreeMask(self.root + 1, positions, vis[:, f:]))  # (B, k, V), (B, k, C)
             lp, child = out.float().log_softmax(-1).topk(k, -1)  # (B, k, k) each

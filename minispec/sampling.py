@@ -131,6 +131,8 @@ def q_of(q: torch.Tensor | PointMass, x: torch.Tensor) -> torch.Tensor:
 def q_at(q: torch.Tensor | PointMass, x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
     """Row b's distribution q_{i[b]} (B, V), all zero where i[b] is past the draft (i >= T)."""
     T = x.shape[1]
+    if T == 0:  # nothing proposed at all (a prompt-lookup step with no match): q is zero
+        return torch.zeros(len(x), q.vocab_size if isinstance(q, PointMass) else q.shape[-1], device=x.device)
     inside, j = i < T, i.clamp_max(T - 1)  # (B,) each
     if isinstance(q, PointMass):
         mass = (take(q.proposed, j) & inside).float()  # (B,)

@@ -21,7 +21,7 @@ import warnings
 import torch
 
 from minispec.decode import DecodeState, GenerationResult, check_request, decode_step, finish, first_token, prefill
-from minispec.drafts import Draft, DraftRun, as_draft
+from minispec.drafts import DraftRun, as_draft
 from minispec.hardware import device_hardware, is_calibrated, preset_for
 from minispec.model import Model
 from minispec.policy import FixedPolicy, GammaPolicy, auto_policy
@@ -86,11 +86,12 @@ def speculative_step(target: Model, t_cache, run: DraftRun, state: DecodeState, 
             path, rank, t = verify_tree(p, q, x, tree, u, draw)  # (B, depth) each, (B,)
             t_cache.compact(root, path)  # the accepted path's KV next to the prefix; the rest is stale
         n = (path > 0).sum(1)  # (B,) draft tokens accepted
-        new = torch.cat([x.gather(1, (path - 1).clamp_min(0)), t[:, None]], 1).scatter(1, n[:, None], t[:, None])
+        new = torch.cat([x.gather(1, (path - 1).clamp_min(0)), t[:, None]], 1)  # (B, depth+1) the path's tokens
+        new = new.scatter(1, n[:, None], t[:, None])  # (B, depth+1) then t after each row's last accepted
         state.emit(new, n + 1, drafted=torch.arange(new.shape[1], device=x.device) < n[:, None])  # x's, then t
         t_cache.rollback(state.total - 1)  # keep what was accepted; finished rows stay put
-        run.verified(path, n, None if h is None else h.gather(1, torch.cat([torch.zeros_like(n)[:, None], path.clamp_min(
-            0)], 1)[..., None].expand(-1, -1, h.shape[-1])))  # features at the root and along the path
+        kept = torch.cat([torch.zeros_like(path[:, :1]), path.clamp_min(0)], 1)  # (B, 1+depth) root, then the path
+        run.verified(path, n, None if h is None else h.gather(1, kept[..., None].expand(-1, -1, h.shape[-1])))
     return path, rank, proposed(q).sum(1)
 
 
@@ -165,6 +166,7 @@ class _Counts:
         zeros = lambda n: torch.zeros(n, dtype=torch.long, device=device)  # noqa: E731
         self.drafts, self.offered, self.tested = zeros(()), zeros(()), zeros(())  # rows that proposed, tokens, tested
         self.at, self.by_rank = zeros(width), zeros(width)  # accepted per position (depth), per child rank
+        self.tree = False  # a tree was verified (ranks are counted)
 
     def add(self, path, rank, offered, active):
         """One step's path (B, depth), ranks (B, depth) or None, tokens offered (B,) over active rows (B,):
@@ -175,18 +177,25 @@ class _Counts:
         self.offered += (offered * active).sum()
         self.at[: ok.shape[1]] += ok.sum(0)
         if rank is not None:
+            self.tree = True
             self.by_rank += torch.zeros_like(self.by_rank).scatter_add_(0, rank[ok], torch.ones_like(rank[ok]))
         tested = (torch.minimum(n + 1, offered) * active).sum()  # up to each row's first rejection
         self.tested += tested
         return n.sum(), tested
 
     def stats(self) -> dict:
-        drafts, at = int(self.drafts), self.at.tolist()
-        used = len(at) - next((i for i, a in enumerate(reversed(at)) if a), len(at))
+        drafts, at, ranks = int(self.drafts), _trimmed(self.at.tolist()), _trimmed(self.by_rank.tolist())
         return dict(num_drafts=drafts, draft_tokens=int(self.offered), accepted_tokens=sum(at),
-                    tested_tokens=int(self.tested), accepted_per_position=at[:used],
-                    per_position_acceptance_rates=[a / drafts for a in at[:used]] if drafts else [],
-                    accepted_per_rank=[r for r in self.by_rank.tolist()] if any(self.by_rank.tolist()) else None)
+                    tested_tokens=int(self.tested), accepted_per_position=at,
+                    per_position_acceptance_rates=[a / drafts for a in at] if drafts else [],
+                    accepted_per_rank=(ranks or [0]) if self.tree else None)
+
+
+def _trimmed(counts: list[int]) -> list[int]:
+    """``counts`` without its trailing zeros."""
+    while counts and not counts[-1]:
+        counts = counts[:-1]
+    return counts
 
 
 def _policy(gamma) -> GammaPolicy | None:

@@ -8,10 +8,10 @@ from minispec.model import Model, ModelConfig
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never touch the network
 
 
-def tiny_config(layers=2, hidden=64, heads=4, kv_heads=2, vocab=64, **kw) -> ModelConfig:
+def tiny_config(layers=2, hidden=64, heads=4, kv_heads=2, vocab=64, positions=256, **kw) -> ModelConfig:
     return ModelConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
                        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=hidden // heads,
-                       max_position_embeddings=256, **kw)
+                       max_position_embeddings=positions, **kw)
 
 
 def random_model(seed=0, logit_scale=1.0, **kw) -> Model:

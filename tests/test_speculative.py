@@ -474,3 +474,36 @@ def test_auto_gamma_validates_before_any_calibration(pair, monkeypatch):
             speculative_generate(target, draft, prompts, gamma="auto", max_new_tokens=4)
     with pytest.raises(AssertionError, match="calibration ran"):  # and with good input it is reached
         speculative_generate(target, draft, [[1, 2]], gamma="auto", max_new_tokens=4)
+
+
+def test_auto_gamma_plans_at_the_running_rows_context():
+    """At batch 256 the reference model turns speculation off at context 0 (0.99x at best), but at 600
+    tokens of KV per row the KV read dilutes the verify's extra compute and gamma 2 pays (1.30x): the
+    loop passes each step's real context to the policy, so it keeps speculating."""
+    from minispec.policy import RooflinePolicy
+
+    class Recording(RooflinePolicy):
+        def choose(self, batch_size, context=None):
+            self.seen = getattr(self, "seen", []) + [(batch_size, context)]
+            return super().choose(batch_size, context)
+
+    kw = dict(alpha0=0.8, draft_cost=0.1, prior_tokens=1e12, gamma_max=4)  # alpha pinned at 0.8 by the prior
+    assert RooflinePolicy(**kw).choose(256, 0) == 0 and RooflinePolicy(**kw).choose(256, 600) == 2
+    target = random_model(seed=0, layers=1, hidden=16, heads=1, kv_heads=1, positions=1024)
+    draft = random_model(seed=1, layers=1, hidden=16, heads=1, kv_heads=1, positions=1024)
+    prompts = [[1 + (i * 7 + b) % 60 for i in range(600)] for b in range(256)]
+    policy = Recording(**kw)
+    out = speculative_generate(target, draft, prompts, gamma=policy, max_new_tokens=3)
+    assert policy.seen[0] == (256, 600.0)  # 601 tokens after the first, all but the last in the cache
+    assert out.stats.gamma_per_step[0] == 2
+
+
+def test_a_policy_past_its_gamma_max_is_an_error(pair):
+    target, draft = pair
+
+    class Greedy(FixedPolicy):
+        def choose(self, batch_size, context=None):
+            return self.gamma + 3
+
+    with pytest.raises(ValueError, match="outside 0..gamma_max=2"):
+        speculative_generate(target, draft, [[1, 2, 3]], gamma=Greedy(2), max_new_tokens=8)

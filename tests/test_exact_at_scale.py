@@ -1,0 +1,148 @@
+"""Exactness at the vocabulary sizes of real checkpoints, through the public API.
+
+A 64-token vocabulary hid a sampler bug that fired on 0.8 % of draws at 128k (a uniform that rounded
+to 1.0 made an exponential race pick a zero-weight token). These tests run random models built from
+configs at V = 131,072 and 32,768, with a negative control that puts that bug back.
+"""
+
+import math
+
+import pytest
+import torch
+
+import minispec
+from minispec import sampling
+from minispec.model import Model, ModelConfig
+from minispec.sampling import probabilities
+from test_speculative import tv_bound
+
+pytestmark = pytest.mark.slow
+
+
+def wide(vocab, layers=2, hidden=64, seed=0, scale=30.0, from_model=None, noise=0.0):
+    """A small random Llama with a real-sized vocabulary; ``scale`` sharpens its logits (a real model's
+    next-token distribution is far from uniform); ``from_model`` + ``noise``: a perturbed copy (a draft
+    that agrees with the target often, but not always)."""
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4,
+                      max_position_embeddings=2048)
+    model = Model(cfg).eval().requires_grad_(False)
+    with torch.no_grad():
+        if from_model is not None:
+            model.load_state_dict(from_model.state_dict())
+            for p in model.parameters():
+                p.add_(noise * torch.randn_like(p) * p.std())
+        else:
+            model.lm_head.weight.mul_(scale)
+    return model
+
+
+@pytest.fixture(scope="module")
+def v128k():
+    target = wide(131_072)
+    return target, wide(131_072, from_model=target, noise=0.3, seed=1)
+
+
+def drafts(target, draft):
+    return {
+        "model": draft,
+        "layer skip": minispec.LayerSkipDraft(target, 1),
+        "prompt lookup": minispec.PromptLookupDraft(),
+        "static tree": minispec.TreeDraft(draft, branching=(2, 2, 1)),
+        "dynamic tree": minispec.TreeDraft(draft, budget=8, depth=4),
+    }
+
+
+def test_top_k_1_at_temperature_1_is_greedy_at_128k(v128k):
+    """1,024 tokens (4 rows x 256) at V = 131,072: top_k=1 sampled equals greedy, plain and through
+    every draft (a sampler that can pick a zero-probability token breaks this within 64 tokens)."""
+    target, draft = v128k
+    prompts = [[1, 2, 3], [400, 500], [131_071, 7, 7, 7, 9], [12]]
+    greedy = minispec.generate(target, prompts, max_new_tokens=256).tokens
+    assert minispec.generate(target, prompts, max_new_tokens=256, temperature=1.0, top_k=1, seed=0).tokens == greedy
+    for name, d in drafts(target, draft).items():
+        out = minispec.speculative_generate(target, d, prompts, gamma=4, max_new_tokens=256, temperature=1.0,
+                                            top_k=1, seed=0)
+        assert out.tokens == greedy, name
+        assert out.stats.accepted_tokens > 0, name  # the drafts' tokens are used, not only the target's
+
+
+def support_violations(model, params, rows, tokens, speculative=None):
+    """Output tokens outside the target's top-k / top-p support, over rows * tokens draws."""
+    prompts = [[b % 1000, (7 * b) % 1000 + 1] for b in range(rows)]
+    kw = dict(max_new_tokens=tokens, temperature=params.temperature, top_k=params.top_k, top_p=params.top_p,
+              seed=list(range(rows)))
+    out = (minispec.generate(model, prompts, **kw) if speculative is None
+           else minispec.speculative_generate(model, speculative, prompts, gamma=2, **kw))
+    seq = torch.tensor([p + t for p, t in zip(prompts, out.tokens)])  # (rows, 2 + tokens)
+    bad = 0
+    for chunk in seq.split(8):  # the target's law at each output, 8 rows at a time: (8, tokens, V) each
+        p = probabilities(model(chunk[:, :-1])[:, 1:], params)  # (8, tokens, V)
+        bad += int((p.gather(-1, chunk[:, 2:, None])[..., 0] == 0).sum())
+    return bad, seq.shape[0] * tokens
+
+
+@pytest.fixture(scope="module")
+def v32k():
+    target = wide(32_768, layers=1, hidden=32, seed=2, scale=10.0)
+    return target, wide(32_768, layers=1, hidden=32, from_model=target, noise=0.3, seed=3)
+
+
+@pytest.mark.parametrize("params, speculative", [
+    (minispec.SamplingParams(1.0, top_k=4), False),
+    (minispec.SamplingParams(1.0, top_p=0.5), True),
+], ids=["plain top-k", "speculative top-p"])
+def test_no_token_outside_the_support_in_1e5_draws_at_32k(v32k, params, speculative):
+    target, draft = v32k
+    bad, draws = support_violations(target, params, rows=500, tokens=200, speculative=draft if speculative else None)
+    assert draws >= 100_000 and bad == 0
+
+
+def test_the_support_test_catches_the_old_boundary_bug(v32k, monkeypatch):
+    """A negative control: put back the old sampler (an exponential race whose 24-bit float32 uniform rounds
+    to 1.0 with probability 2^-24) and the same test finds zero-weight tokens: at V = 32,768 with 4 tokens
+    kept, each draw has about 32,764 / 2^24 = 0.2 % chance, so 20,000 draws expect about 39 of them."""
+    def old_sample(weights, u=None):
+        if u is None:
+            return weights.argmax(-1)
+        g = torch.Generator().manual_seed(int(u.flatten()[0].item() * 2**31))
+        raw = torch.randint(0, 2**24, weights.shape, generator=g)  # 24 random bits per token
+        race = -((raw.float() + 0.5) / 2**24).log()  # (..., V) the top value rounds to u = 1.0, race = -0
+        return (weights / race).argmax(-1)
+
+    monkeypatch.setattr(sampling, "sample", old_sample)
+    target, _ = v32k
+    bad, draws = support_violations(target, minispec.SamplingParams(1.0, top_k=4), rows=200, tokens=100)
+    assert bad > 5, f"{bad} zero-weight tokens in {draws} draws"
+
+
+def exact_two_token_law(model, prompt, params):
+    """The target's exact joint law of its first two tokens, as {(t1, t2): probability} over the support."""
+    p1 = probabilities(model(torch.tensor([prompt]))[0, -1], params)  # (V,)
+    law = {}
+    for t1 in p1.nonzero()[:, 0].tolist():
+        p2 = probabilities(model(torch.tensor([prompt + [t1]]))[0, -1], params)  # (V,)
+        for t2 in p2.nonzero()[:, 0].tolist():
+            law[(t1, t2)] = p1[t1].item() * p2[t2].item()
+    return law
+
+
+@pytest.mark.parametrize("speculative", [False, True], ids=["plain", "speculative"])
+def test_two_token_law_with_a_sparse_support_at_32k(v32k, speculative):
+    """20,000 rows at V = 32,768 and top_k = 3 (9 cells): TV to the exact law under the bound, and no mass
+    outside the support."""
+    target, draft = v32k
+    params, prompt, n = minispec.SamplingParams(0.8, top_k=3), [17, 4242], 20_000
+    law = exact_two_token_law(target, prompt, params)
+    counts = {}
+    for lo in range(0, n, 2000):
+        kw = dict(max_new_tokens=2, temperature=0.8, top_k=3, seed=list(range(lo, lo + 2000)))
+        out = (minispec.speculative_generate(target, draft, [prompt] * 2000, gamma=1, **kw) if speculative
+               else minispec.generate(target, [prompt] * 2000, **kw))
+        for t in out.tokens:
+            counts[tuple(t)] = counts.get(tuple(t), 0) + 1
+    assert set(counts) <= set(law)  # nothing outside the support
+    tv = 0.5 * sum(abs(counts.get(k, 0) / n - v) for k, v in law.items())
+    assert tv < tv_bound(len(law), n), (tv, tv_bound(len(law), n))
+    assert len(law) == 9 and math.isclose(sum(law.values()), 1.0, rel_tol=1e-5)
