@@ -53,8 +53,8 @@ def plot_speedup_vs_batch(curves: dict[str, list[tuple[float, float]]], compute_
 def plot_serving(rows: list[dict], tpot_slo_s: float | None = None, title: str = ""):
     """TPOT p50/p99 and goodput against arrival rate, one colour per setting (rows of ``serving.sweep``).
 
-    Left: TPOT in ms, p50 dashed, p99 solid, the SLO as a grey line. Right: goodput (solid) and
-    throughput (dotted) in output tokens/s.
+    Left: TPOT in ms, p50 dashed, p99 solid, the TPOT SLO as a grey line. Right: goodput (solid; the
+    rows' own, for the SLOs they were summarised with) and throughput (dotted) in output tokens/s.
     """
     from matplotlib.figure import Figure
 
@@ -70,7 +70,7 @@ def plot_serving(rows: list[dict], tpot_slo_s: float | None = None, title: str =
     if tpot_slo_s is not None:
         tpot.axhline(1e3 * tpot_slo_s, color="gray", linestyle="--", linewidth=1, label=f"SLO {1e3 * tpot_slo_s:g} ms")
     tpot.set(xlabel="arrival rate (requests/s)", ylabel="TPOT (ms)", title="time per output token")
-    good.set(xlabel="arrival rate (requests/s)", ylabel="output tokens/s", title="goodput (TPOT within the SLO)")
+    good.set(xlabel="arrival rate (requests/s)", ylabel="output tokens/s", title="goodput (requests within the SLOs)")
     for ax in (tpot, good):
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")

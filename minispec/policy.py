@@ -210,3 +210,40 @@ def auto_policy(target: ModelShape, draft: ModelShape | None, hardware: Hardware
     """
     kw = ({"draft": draft} if draft is not None else {"draft_cost": 0.0}) | kw
     return RooflinePolicy(gamma_max=gamma_max, model=target, hardware=hardware, **kw)
+
+
+@dataclass(kw_only=True)
+class BatchTablePolicy(GammaPolicy):
+    """vLLM's ``num_speculative_tokens_per_batch_size`` table as a policy: K from the running batch alone.
+
+    ``ranges``: [[start_bs, end_bs, K], ...], vLLM's key as :func:`~minispec.roofline.vllm_speculative_config`
+    writes it (:meth:`from_config` takes that whole dict). As vLLM expands it (``build_dynamic_sd_schedule_lookup`` in
+    ``vllm/v1/spec_decode/dynamic/utils.py``, read at commit 14b450ca): the first range starts at batch 1, ranges
+    are sorted and do not overlap, a batch in a gap between ranges gets the K of the range before it, and a batch
+    past the last range gets the last K. The running alpha is kept but never consulted: the table is fixed.
+    """
+
+    ranges: list[list[int]]  # [[start_bs, end_bs, K], ...], inclusive
+
+    def __post_init__(self):
+        ranges = [list(r) for r in self.ranges]
+        if not ranges or any(len(r) != 3 or any(int(x) != x for x in r) for r in ranges):
+            raise ValueError(f"ranges must be a non-empty list of [start_bs, end_bs, K] integers, got {self.ranges}")
+        if ranges[0][0] != 1 or any(not 1 <= s <= e for s, e, _ in ranges) or any(K < 0 for *_, K in ranges):
+            raise ValueError(f"ranges must start at batch 1, with 1 <= start_bs <= end_bs and K >= 0: {self.ranges}")
+        if any(b[0] <= a[1] for a, b in zip(ranges, ranges[1:])):
+            raise ValueError(f"ranges must be sorted and must not overlap: {self.ranges}")
+        self.ranges = ranges
+        self.gamma_max = max(K for *_, K in ranges)
+        super().__post_init__()
+
+    @classmethod
+    def from_config(cls, config: dict, **kw) -> BatchTablePolicy:
+        """From the keys of vLLM's ``--speculative-config`` (as :func:`~minispec.roofline.vllm_speculative_config`)."""
+        return cls(ranges=config["num_speculative_tokens_per_batch_size"], **kw)
+
+    def choose(self, batch_size: int) -> int:
+        _check(batch=batch_size)
+        i = bisect.bisect_right([s for s, _, _ in self.ranges], batch_size) - 1  # the last range starting at or below
+        self.last_gamma = self.ranges[i][2]
+        return self.last_gamma
