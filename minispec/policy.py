@@ -4,8 +4,8 @@ Notation as in :mod:`minispec.roofline`: alpha = acceptance rate of one draft to
 draft tokens per step, c = draft step cost as a fraction of a target step.
 
 The loop calls ``start()`` at the beginning of each call (which forgets the running estimate
-unless ``carry``), ``choose(batch_size)`` before each step and ``observe(accepted, tested)`` after
-it. A policy's ``speedup(batch, gamma)`` is what it predicts for one gamma; ``choose`` takes the
+unless ``carry``), ``choose(batch_size, context)`` before each step (context: the running rows' mean
+KV tokens) and ``observe(accepted, tested)`` after it. A policy's ``speedup(batch, gamma)`` is what it predicts for one gamma; ``choose`` takes the
 best, and :func:`minispec.roofline.vllm_config_from_speedup` turns it into vLLM's table.
 
 Each row tests its draft tokens in order until the first rejection, so a step's likelihood is
@@ -242,7 +242,7 @@ class BatchTablePolicy(GammaPolicy):
         """From the keys of vLLM's ``--speculative-config`` (as :func:`~minispec.roofline.vllm_speculative_config`)."""
         return cls(ranges=config["num_speculative_tokens_per_batch_size"], **kw)
 
-    def choose(self, batch_size: int) -> int:
+    def choose(self, batch_size: int, context: float | None = None) -> int:
         _check(batch=batch_size)
         i = bisect.bisect_right([s for s, _, _ in self.ranges], batch_size) - 1  # the last range starting at or below
         self.last_gamma = self.ranges[i][2]

@@ -441,9 +441,8 @@ def simulate(requests: list[Request], steps: StepTimes, speculation: int | Gamma
     """Serve ``requests`` (copied; the originals are left alone) until every one has finished.
 
     ``speculation``: 0 = off, a gamma, or a policy (copied, so the caller's is left as it was and
-    every run starts from the same state; ``Run.policy`` is the copy as it ended). A
-    :class:`~minispec.policy.RooflinePolicy` is told the rows' mean context before each choice when
-    ``steps`` is a :class:`RooflineSteps` that charges it.
+    every run starts from the same state; ``Run.policy`` is the copy as it ended). The policy is told
+    the rows' mean context before each choice, unless ``steps`` is a weights-only bound (``kv=False``).
     """
     if not isinstance(speculation, GammaPolicy) and not (speculation >= 0 and speculation == int(speculation)):
         raise ValueError(f"speculation must be a gamma >= 0 or a GammaPolicy, got {speculation!r}")
@@ -456,7 +455,7 @@ def simulate(requests: list[Request], steps: StepTimes, speculation: int | Gamma
     budget = math.inf if budget is None else budget
     if any(r.prompt_tokens + r.output_tokens > budget for r in requests):
         raise ValueError(f"a request needs more KV tokens than the budget of {budget}")
-    tell_context = isinstance(policy, RooflinePolicy) and isinstance(steps, RooflineSteps) and steps.kv
+    tell_context = not isinstance(steps, RooflineSteps) or steps.kv  # a weights-only bound plans at context 0
     rng = np.random.default_rng(seed)  # the acceptance coins
     arrivals, waiting, running, trace = deque(requests), deque(), [], []
     left, ctx = np.zeros(0, dtype=int), np.zeros(0, dtype=int)  # (B,) tokens each row still owes, KV tokens it holds
@@ -499,9 +498,7 @@ def simulate(requests: list[Request], steps: StepTimes, speculation: int | Gamma
             continue
 
         B = len(running)
-        if tell_context:
-            policy.context = float(ctx.mean())
-        gamma = policy.choose(B) if policy is not None else G
+        gamma = policy.choose(B, float(ctx.mean()) if tell_context else None) if policy is not None else G
         dt = steps.speculative(ctx, gamma) if gamma else steps.plain(ctx)
         t += dt
         trace.append(Step("decode", t, dt, B, gamma, float(ctx.mean())))

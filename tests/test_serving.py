@@ -180,12 +180,18 @@ def test_each_step_is_charged_at_the_rows_own_context():
 def test_a_roofline_policy_is_told_the_rows_context():
     """Before each choice the policy reads the rows' mean context: 101 and 301 tokens (prompt + first token),
     then 3 more each (gamma 2, all accepted). Weights-only step times leave it alone."""
+    class Recording(RooflinePolicy):
+        def choose(self, batch_size, context=None):
+            self.seen = getattr(self, "seen", []) + [context]
+            return super().choose(batch_size, context)
+
     requests = [Request(0.0, 100, 6, alpha=1.0), Request(0.0, 300, 6, alpha=1.0)]
-    run = simulate(requests, RooflineSteps(draft=LLAMA_1B), RooflineSteps(draft=LLAMA_1B).policy(gamma_max=2))
+    steps = RooflineSteps(draft=LLAMA_1B)
+    run = simulate(requests, steps, Recording(hardware=steps.device, model=steps.model, draft=LLAMA_1B, gamma_max=2))
     decode = [s for s in run.steps if s.kind == "decode"]
-    assert [s.context for s in decode] == [201.0, 204.0] and run.policy.context == 204.0
-    run = simulate(requests, RooflineSteps(kv=False), RooflinePolicy(gamma_max=2))
-    assert run.policy.context == 0
+    assert [s.context for s in decode] == [201.0, 204.0] and run.policy.seen == [201.0, 204.0]
+    run = simulate(requests, RooflineSteps(kv=False), Recording(gamma_max=2))
+    assert run.policy.seen == [None, None]  # the weights-only bound plans at the policy's own context, 0
 
 
 def test_a_prefill_step_admits_up_to_max_batched_tokens():
