@@ -9,9 +9,9 @@
 Drafts that need no draft model: ``minispec.PromptLookupDraft()`` and ``minispec.LayerSkipDraft(target, n)``.
 """
 
-from minispec.course import grade_accept_rule
 from minispec.decode import GenerationResult, generate
 from minispec.drafts import Draft, LayerSkipDraft, ModelDraft, PromptLookupDraft
+from minispec.grader import grade_accept_rule
 from minispec.hardware import H100_SXM, H200, Hardware
 from minispec.load import EMBEDDED, fetch, load
 from minispec.model import Model, ModelConfig
