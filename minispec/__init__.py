@@ -11,9 +11,9 @@ A tree of drafts verified in one pass: ``minispec.TreeDraft(draft, branching=(4,
 ``minispec.TreeDraft(draft, budget=16, depth=5)`` (EAGLE-2's dynamic tree).
 """
 
-from minispec.course import grade_accept_rule
 from minispec.decode import GenerationResult, generate
 from minispec.drafts import Draft, LayerSkipDraft, ModelDraft, PromptLookupDraft, TreeDraft
+from minispec.grader import grade_accept_rule
 from minispec.hardware import H100_SXM, H200, Hardware
 from minispec.load import EMBEDDED, fetch, load
 from minispec.model import Model, ModelConfig

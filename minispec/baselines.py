@@ -1,5 +1,7 @@
-"""The baseline a user would pick instead: Hugging Face transformers' ``generate`` on the same
-checkpoint and prompt, plainly, with an assistant model, or with prompt lookup."""
+"""The baseline a user would pick instead: Hugging Face transformers' ``generate`` on the same inputs.
+
+The same checkpoint and prompt, decoded plainly, with an assistant model, or with prompt lookup.
+"""
 
 from __future__ import annotations
 

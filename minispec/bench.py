@@ -19,10 +19,13 @@ from typing import ClassVar
 import torch
 
 from minispec.decode import generate
+from minispec.drafts import LayerSkipDraft, PromptLookupDraft
 from minispec.hardware import Hardware, device_hardware, median_time
+from minispec.load import load, resolve, sample_text
 from minispec.model import Model, ModelConfig
 from minispec.policy import MeasuredPolicy
-from minispec.roofline import ModelShape, leviathan_speedup, speculative_speedup
+from minispec.roofline import ModelShape, leviathan_speedup, speculative_speedup, vllm_config_from_speedup
+from minispec.sampling import take
 from minispec.speculative import accept_reject, speculative_generate
 
 # Random-weight shapes for systems measurements without a download (Hugging Face config names).
@@ -74,7 +77,7 @@ class SyntheticAcceptance:
     def __call__(self, p, q, x, u, draw):
         accepted = (u < self.alpha).cumprod(1).bool()  # (B, gamma)
         n = accepted.sum(1)  # (B,)
-        return accepted, draw(p.gather(1, n[:, None, None].expand(-1, 1, p.shape[-1]))[:, 0])  # (B,)
+        return accepted, draw(take(p, n))  # (B,) t ~ p at the first rejection, or the bonus
 
 
 # --- measured step times -----------------------------------------------------------------------
@@ -114,12 +117,6 @@ def step_time_table(target: Model, draft: Model, batches, gamma_max: int, contex
     return target_s, draft_s
 
 
-def measured_policy(target: Model, draft: Model, batches=(1, 2, 4, 8, 16, 32, 64), gamma_max: int = 8,
-                    context: int = 64, **kw) -> MeasuredPolicy:
-    """A :class:`~minispec.policy.MeasuredPolicy` from step times measured on this device."""
-    return MeasuredPolicy(*step_time_table(target, draft, batches, gamma_max, context), gamma_max=gamma_max, **kw)
-
-
 def measured_draft_cost(plain, spec) -> float:
     """c measured inside the loops: seconds per draft pass of a speculative run (its "draft" phase
     over the gammas it drafted, sampling included) over seconds per plain decode step (the
@@ -141,6 +138,19 @@ class BenchConfig:
     warmup: int = 1  # untimed runs per point
     accept_rate: float | None = None  # synthetic acceptance (SyntheticAcceptance), None = the exact rule
     seed: int = 0
+
+    def __post_init__(self):
+        counts = dict(batches=self.batches, gammas=self.gammas, max_new_tokens=(self.max_new_tokens,),
+                      prompt_len=(self.prompt_len,), repeats=(self.repeats,))
+        for name, values in counts.items():
+            if not values or not all(isinstance(v, int) and v >= 1 for v in values):
+                raise ValueError(f"{name} must be integers >= 1, got {getattr(self, name)!r}")
+        if not isinstance(self.warmup, int) or self.warmup < 0:
+            raise ValueError(f"warmup must be an integer >= 0, got {self.warmup!r}")
+        if not self.temperatures or any(t < 0 for t in self.temperatures):
+            raise ValueError(f"temperatures must be numbers >= 0, got {self.temperatures!r}")
+        if self.accept_rate is not None:
+            SyntheticAcceptance(self.accept_rate)  # raises on a rate outside [0, 1]
 
 
 def environment(device: torch.device, dtype: torch.dtype) -> dict:
@@ -170,8 +180,11 @@ def bench_point(target: Model, draft, prompts: list[list[int]], gamma: int, temp
         if i >= cfg.warmup:
             runs["plain"].append(plain)
             runs["spec"].append(spec)
+    mismatch = None
     if temperature == 0 and cfg.accept_rate is None and spec.tokens != plain.tokens:
-        raise RuntimeError("greedy speculative tokens differ from plain decoding")
+        mismatch = greedy_mismatch(target, prompts, plain.tokens, spec.tokens)
+        if target.device.type == "cpu" and target.dtype == torch.float32:  # the same arithmetic: must be equal
+            raise RuntimeError(f"greedy speculative tokens differ from plain decoding (float32, CPU): {mismatch}")
     med = lambda k, f: statistics.median(f(r.stats) for r in runs[k])  # noqa: E731
     B = len(prompts)
     s = runs["spec"][-1].stats
@@ -201,8 +214,33 @@ def bench_point(target: Model, draft, prompts: list[list[int]], gamma: int, temp
         "phase_s": {k: statistics.median(r.stats.phase_s.get(k, 0.0) for r in runs["spec"]) for k in s.phase_s},
         "plain_phase_s": {k: statistics.median(r.stats.phase_s[k] for r in runs["plain"]) for k in plain.stats.phase_s},
         "max_new_tokens": cfg.max_new_tokens, "prompt_len": cfg.prompt_len, "repeats": cfg.repeats,
-        "seed": cfg.seed,
+        "seed": cfg.seed, "greedy_mismatch": mismatch,
     }
+
+
+def greedy_mismatch(target: Model, prompts: list[list[int]], plain: list[list[int]], spec: list[list[int]]):
+    """Where greedy speculative tokens ``spec`` first differ from plain decoding's ``plain``, and how far
+    apart the target's logits put the two tokens there; None where every row is equal.
+
+    In bfloat16 or float16 on a GPU a 1-token decode step and a (gamma+1)-token verify step reduce in
+    different orders, so a near-tie can round either way. The logits come from one more forward pass of
+    the row's prompt and the tokens both runs agree on, in the model's dtype. ``logit_gap`` is the plain
+    token's logit minus the speculative token's: a few ``logit_spacing`` (the dtype's resolution at those
+    logits) is rounding; a large gap is a bug.
+    """
+    rows = [b for b, (a, s) in enumerate(zip(plain, spec)) if a != s]
+    if not rows:
+        return None
+    b = rows[0]
+    a, s = plain[b], spec[b]
+    i = next((j for j, (x, y) in enumerate(zip(a, s)) if x != y), min(len(a), len(s)))  # or where one stopped
+    with torch.inference_mode():
+        logits = target(torch.tensor([prompts[b] + a[:i]], device=target.device))[0, -1]  # (V,)
+    tokens = [row[i] if i < len(row) else None for row in (a, s)]  # None: that run had stopped (EOS)
+    pair = logits[[t for t in tokens if t is not None]].float()  # (2,) or (1,)
+    return {"rows": len(rows), "row": b, "index": i, "plain_token": tokens[0], "speculative_token": tokens[1],
+            "logit_gap": float(pair[0] - pair[1]) if len(pair) == 2 else None,
+            "logit_spacing": float(torch.finfo(logits.dtype).eps * pair.abs().max())}
 
 
 def prompts_for(batch: int, length: int, vocab_size: int, tokens: list[int] | None = None,
@@ -262,3 +300,180 @@ def format_table(rows: list[dict]) -> str:
                                          for r in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
     return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells)
+
+
+# --- from names, as the ``minispec`` commands take them -------------------------------------------
+
+def load_pair(target: str, draft: str | None = None, device=None, dtype=None):
+    """(target, tokenizer, draft) from names.
+
+    ``target``: what :func:`minispec.load` takes (an embedded name, a checkpoint directory, a fetched
+    name), or ``shape:NAME`` for random weights of a :data:`SHAPES` shape (tokenizer None). ``draft``:
+    a checkpoint named the same way, ``ngram`` (prompt lookup), ``layerskip:N`` (the target's first N
+    layers), or None. ``device``: default CUDA when it is available, else the CPU (as transformers'
+    ``pipeline`` does). ``dtype``: a torch dtype or its name; default the checkpoint's, bfloat16 for a shape.
+    """
+    try:
+        device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except RuntimeError as e:
+        raise ValueError(f"unknown device {device!r}: {str(e).splitlines()[0]}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {device} asked for, but torch sees no CUDA device here")
+    if isinstance(dtype, str):
+        if dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {dtype!r}")
+        dtype = getattr(torch, dtype)
+    if draft is not None and draft.startswith("layerskip:") and not draft.removeprefix("layerskip:").isdigit():
+        raise ValueError(f"draft layerskip:N takes a number of layers, got {draft!r}")
+
+    def checkpoint(name, dtype):
+        if name.startswith("shape:"):
+            return random_model(name.removeprefix("shape:"), device, dtype or torch.bfloat16), None
+        return load(name, device=device, dtype=dtype)
+
+    model, tok = checkpoint(target, dtype)
+    if draft is None:
+        return model, tok, None
+    if draft == "ngram":
+        return model, tok, PromptLookupDraft()
+    if draft.startswith("layerskip:"):
+        return model, tok, LayerSkipDraft(model, int(draft.removeprefix("layerskip:")))
+    return model, tok, checkpoint(draft, model.dtype)[0]
+
+
+def prompt_tokens(tok, prompts_file: str | None = None) -> list[int] | None:
+    """Real text to cut prompts from, encoded: ``prompts_file``, else the shipped held-out code and prose
+    samples; None for a model without a tokenizer (random ids are then all there is)."""
+    if prompts_file is not None:
+        if not Path(prompts_file).is_file():
+            raise ValueError(f"prompts file {prompts_file}: no such file")
+        text = Path(prompts_file).read_text(encoding="utf-8")
+    elif tok is None:
+        return None
+    else:
+        text = (sample_text("code") + b"\n" + sample_text("prose")).decode("utf-8", "replace")
+    return tok.encode(text) if tok is not None else list(text.encode())
+
+
+def _prepare(target: str, draft: str | None, device, dtype, prompts: str | None, out, compile: bool):
+    """Check ``out`` (its folder is created) and the prompts file before any work, then load and compile."""
+    if out is not None:
+        out = Path(out)
+        if out.is_dir():
+            raise ValueError(f"{out} is a directory; give a file name such as {out / 'sweep.jsonl'}")
+        out.parent.mkdir(parents=True, exist_ok=True)
+    if prompts is not None and not Path(prompts).is_file():
+        raise ValueError(f"prompts file {prompts}: no such file")
+    model, tok, drafter = load_pair(target, draft, device, dtype)
+    if compile:
+        model.compile()
+        if isinstance(drafter, Model):  # prompt lookup has no model; layer skip shares the target's
+            drafter.compile()
+    return model, tok, drafter, out
+
+
+@dataclass(frozen=True)
+class BenchRun:
+    """What :func:`run` measured; ``str()`` is the table and the break-even batches."""
+
+    header: str  # the device's ceilings and where the prompts came from
+    rows: list[dict]  # one per (batch, gamma, temperature) point, as :func:`bench_point` makes them
+    summary: dict  # hardware, target, draft, and break_even: measured and modelled batch per (gamma, temperature)
+    hf_baseline: dict | None = None  # transformers' generate beside minispec at batch 1, when asked for
+
+    def __str__(self) -> str:
+        fmt = lambda x: "none in range" if x is None else f"{x:.1f}"  # noqa: E731
+        lines = [format_table(self.rows)] + [
+            f"gamma {b['gamma']}, temperature {b['temperature']}: break-even batch measured "
+            f"{fmt(b['measured_batch'])}, modelled {fmt(b['modelled_batch'])}" for b in self.summary["break_even"]]
+        return "\n".join(lines + ([json.dumps(self.hf_baseline)] if self.hf_baseline else []))
+
+
+def run(target: str = "tiny-code-target", draft: str | None = "tiny-code-draft", cfg: BenchConfig | None = None,
+        device=None, dtype=None, prompts: str | None = None, out=None, plot=None, compile: bool = False,
+        hf_baseline: bool = False, progress: bool = True) -> BenchRun:
+    """The measured sweep of ``cfg`` for a named pair (see :func:`load_pair`), with break-even batches.
+
+    ``prompts``: a text file to cut prompts from (default the shipped samples). ``out``: a JSONL file the
+    rows are appended to, with ``summary.json`` (and ``hf_baseline.json``) beside it. ``plot``: a file for
+    measured and modelled speedup against batch. ``compile``: ``Model.compile`` the models first.
+    ``hf_baseline``: also time transformers' ``generate`` at batch 1 on the same (local) checkpoints.
+    """
+    cfg = cfg or BenchConfig()
+    if hf_baseline and (target.startswith("shape:") or (draft or "").startswith(("shape:", "layerskip:"))):
+        raise ValueError("the transformers baseline runs checkpoints (and prompt lookup), not random shapes "
+                         f"or layer skip: got target {target!r}, draft {draft!r}")
+    model, tok, drafter, out = _prepare(target, draft, device, dtype, prompts, out, compile)
+    tokens = prompt_tokens(tok, prompts)
+    hw = device_hardware(model.device, model.dtype)
+    header = (f"device: {hw.name}: {hw.memory_bandwidth / 1e9:.1f} GB/s, {hw.peak_flops / 1e12:.2f} TFLOP/s "
+              f"({model.dtype}), ridge {hw.ridge:.1f} FLOP/byte; prompts from "
+              f"{prompts or ('the shipped code and prose samples' if tokens else 'random token ids')}")
+    rows = sweep(model, drafter, cfg, tokens, out, progress)
+    points = sorted({(r["gamma"], r["temperature"]) for r in rows})
+    selected = {gt: [r for r in rows if (r["gamma"], r["temperature"]) == gt] for gt in points}
+    summary = {"hardware": hw.name, "memory_bandwidth_Bps": hw.memory_bandwidth, "peak_flops": hw.peak_flops,
+               "target": target, "draft": draft,
+               "break_even": [{"gamma": g, "temperature": t, "measured_batch": break_even(selected[g, t]),
+                               "modelled_batch": break_even(selected[g, t], "modelled_speedup")} for g, t in points]}
+    if out:
+        out.with_name("summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if plot:
+        from minispec.plots import plot_speedup_vs_batch
+
+        curves, measured = {}, {}
+        for r in rows:
+            key = f"gamma {r['gamma']}, temperature {r['temperature']:g}"
+            curves.setdefault(key, []).append((r["batch_size"], r["modelled_speedup"]))
+            measured.setdefault(key, []).append((r["batch_size"], r["speedup"]))
+        plot_speedup_vs_batch(curves, title=f"{target} / {draft} on {hw.name}",
+                              measured=measured).savefig(plot, dpi=120)
+    baseline = None
+    if hf_baseline:
+        from minispec.baselines import transformers_baseline
+
+        baseline = transformers_baseline(resolve(target), prompts_for(1, cfg.prompt_len, 0, tokens)[0],
+                                         cfg.max_new_tokens, draft if draft in (None, "ngram") else resolve(draft),
+                                         max(cfg.gammas), eos_token_id=getattr(tok, "eos_token_id", None))
+        if out:
+            out.with_name("hf_baseline.json").write_text(
+                json.dumps(baseline | environment(model.device, model.dtype), indent=2) + "\n")
+    return BenchRun(header, rows, summary, baseline)
+
+
+@dataclass(frozen=True)
+class VllmTable:
+    """What :func:`vllm_table` found; ``str()`` is vLLM's config as JSON."""
+
+    config: dict  # vLLM's num_speculative_tokens_per_batch_size keys
+    alpha: float  # the acceptance rate it assumed
+    note: str  # where alpha and the step times came from
+
+    def __str__(self) -> str:
+        return json.dumps(self.config)
+
+
+def vllm_table(target: str = "tiny-code-target", draft: str = "tiny-code-draft", cfg: BenchConfig | None = None,
+               device=None, dtype=None, prompts: str | None = None, out=None, compile: bool = False) -> VllmTable:
+    """vLLM's dynamic speculation table from step times measured here: the target over 1..gamma_max+1
+    tokens per row and the draft at each of ``cfg.batches`` (gamma_max the largest of ``cfg.gammas``),
+    and alpha from ``cfg.accept_rate`` or measured with the exact rule on prompts cut from real text.
+    ``out``: also write ``vllm_speculative_config.json`` beside it."""
+    cfg = cfg or BenchConfig()
+    if draft in (None, "ngram") or draft.startswith("layerskip:"):
+        raise ValueError("the vLLM table measures a draft model's step time: name a draft checkpoint, "
+                         f"not {draft!r}")
+    model, tok, drafter, out = _prepare(target, draft, device, dtype, prompts, out, compile)
+    gamma_max, alpha = max(cfg.gammas), cfg.accept_rate
+    if alpha is None:
+        batch = prompts_for(4, cfg.prompt_len, model.config.vocab_size, prompt_tokens(tok, prompts), cfg.seed)
+        alpha = speculative_generate(model, drafter, batch, gamma=gamma_max, max_new_tokens=cfg.max_new_tokens,
+                                     temperature=cfg.temperatures[0], seed=cfg.seed).stats.alpha_estimate
+    policy = MeasuredPolicy(*step_time_table(model, drafter, cfg.batches, gamma_max, cfg.prompt_len, cfg.repeats,
+                                             rounds=3), gamma_max=gamma_max)
+    config = vllm_config_from_speedup(lambda B, g: policy.speedup(B, g, alpha), max(cfg.batches), gamma_max)
+    if out:
+        out.with_name("vllm_speculative_config.json").write_text(json.dumps(config, indent=2) + "\n")
+    note = (f"alpha {alpha:.3f} ({'given' if cfg.accept_rate is not None else 'measured'}), step times measured at "
+            f"batches {','.join(map(str, cfg.batches))} (interpolated between), gamma 1..{gamma_max}")
+    return VllmTable(config, alpha, note)

@@ -5,8 +5,9 @@ draft tokens per step, c = draft step cost as a fraction of a target step.
 
 The loop calls ``start()`` at the beginning of each call (which forgets the running estimate
 unless ``carry``), ``choose(batch_size, context)`` before each step (context: the running rows' mean
-KV tokens) and ``observe(accepted, tested)`` after it. A policy's ``speedup(batch, gamma)`` is what it predicts for one gamma; ``choose`` takes the
-best, and :func:`minispec.roofline.vllm_config_from_speedup` turns it into vLLM's table.
+KV tokens) and ``observe(accepted, tested)`` after it. A policy's ``speedup(batch, gamma)`` is what it
+predicts for one gamma; ``choose`` takes the best, and :func:`minispec.roofline.vllm_config_from_speedup`
+turns it into vLLM's table.
 
 Each row tests its draft tokens in order until the first rejection, so a step's likelihood is
 alpha^accepted * (1 - alpha)^(tested - accepted), maximised by alpha = accepted / tested. The

@@ -1,16 +1,21 @@
 """The benchmark's rows, calibration and helpers (tiny random models, so it is quick)."""
 
+import dataclasses
 import json
 
 import pytest
+import torch
+from test_grader import one_thread  # noqa: F401  the grader's autouse fixture: one thread (a conftest candidate)
 
 from minispec import bench
 from minispec.bench import BenchConfig, break_even, format_table, random_model, sweep
+from minispec.hardware import H100_SXM
+from minispec.policy import MeasuredPolicy
 
 REQUIRED = {"batch_size", "gamma", "temperature", "speedup", "modelled_speedup", "synthetic", "hardware", "dtype",
             "torch", "cuda", "git_revision", "seed", "acceptance_rate", "mean_acceptance_length",
             "per_position_acceptance_rates", "output_throughput", "median_tpot_ms", "p99_tpot_ms",
-            "verify_to_decode_step_ratio", "draft_cost_c"}
+            "verify_to_decode_step_ratio", "draft_cost_c", "greedy_mismatch"}
 
 
 @pytest.fixture(scope="module")
@@ -75,8 +80,8 @@ def test_measured_step_times_feed_the_policy(tiny_pair, monkeypatch):
     assert all(s > 0 for s in [*target_s.values(), *draft_s.values()])
     # Fed times of our choosing, the policy must pick what they predict: verification as cheap as a
     # decode step and a free draft make the longest draft best; verification 10x a step makes it off.
-    free = bench.MeasuredPolicy({(1, t): 1.0 for t in (1, 2, 3)}, {1: 0.0}, gamma_max=2, alpha0=0.8)
-    costly = bench.MeasuredPolicy({(1, 1): 1.0, (1, 2): 10.0, (1, 3): 10.0}, {1: 0.0}, gamma_max=2, alpha0=0.8)
+    free = MeasuredPolicy({(1, t): 1.0 for t in (1, 2, 3)}, {1: 0.0}, gamma_max=2, alpha0=0.8)
+    costly = MeasuredPolicy({(1, 1): 1.0, (1, 2): 10.0, (1, 3): 10.0}, {1: 0.0}, gamma_max=2, alpha0=0.8)
     assert free.choose(1) == 2 and costly.choose(1) == 0
 
 
@@ -134,3 +139,73 @@ def test_step_time_table_keeps_the_fastest_and_never_rewards_more_work(monkeypat
     target_s, draft_s = bench.step_time_table(None, None, (1, 2), gamma_max=1, rounds=2)
     assert target_s == {(1, 1): 1.0, (1, 2): 1.5, (2, 1): 1.5, (2, 2): 1.5}
     assert draft_s == {1: 0.3, 2: 0.3}
+
+
+def _flip_a_token(monkeypatch, row: int, index: int) -> list:
+    """bench's speculative runs return token ``index`` of ``row`` changed, as a run that rounds differently
+    would; the list collects what they returned."""
+    real, returned = bench.speculative_generate, []
+
+    def flipped(*args, **kwargs):
+        res = real(*args, **kwargs)
+        tokens = [list(t) for t in res.tokens]
+        tokens[row][index] = (tokens[row][index] + 1) % 256
+        returned.append(tokens)
+        return dataclasses.replace(res, tokens=tokens)
+
+    monkeypatch.setattr(bench, "speculative_generate", flipped)
+    return returned
+
+
+GREEDY = BenchConfig(batches=(2,), gammas=(2,), max_new_tokens=6, prompt_len=8, repeats=1, warmup=0)
+PROMPTS = [[1, 2, 3, 4, 5, 6, 7, 8], [9, 10, 11, 12, 13, 14, 15, 16]]
+
+
+def test_a_greedy_mismatch_raises_in_float32_on_the_cpu(tiny_pair, monkeypatch):
+    """float32 on a CPU: greedy speculative tokens must equal plain ones, so a difference is an error that
+    says where it is."""
+    assert bench.bench_point(*tiny_pair, PROMPTS, 2, 0.0, GREEDY, H100_SXM)["greedy_mismatch"] is None
+    _flip_a_token(monkeypatch, 1, 3)
+    with pytest.raises(RuntimeError, match=r"float32, CPU.*'row': 1, 'index': 3"):
+        bench.bench_point(*tiny_pair, PROMPTS, 2, 0.0, GREEDY, H100_SXM)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_greedy_mismatch_in_reduced_precision_is_reported(dtype, monkeypatch):
+    """In bfloat16 or float16 the row says where the tokens first differ and by how much the target's
+    logits separate the two there, instead of raising. The reduced-precision condition is real here: the
+    models are bfloat16/float16 on this CPU, where a 1-token and a (gamma+1)-token forward round
+    differently too (on this machine some rows of this batch differ by a tie or one unit in the last place)."""
+    target, draft = random_model("tiny", dtype=dtype), random_model("tiny-draft", dtype=dtype, seed=1)
+    prompts = torch.randint(0, 256, (16, 8), generator=torch.Generator().manual_seed(0)).tolist()
+    cfg = BenchConfig(batches=(16,), gammas=(4,), max_new_tokens=16, prompt_len=8, repeats=1, warmup=0)
+    plain = bench.generate(target, prompts, max_new_tokens=16).tokens
+    spec = bench.speculative_generate(target, draft, prompts, gamma=4, max_new_tokens=16).tokens
+    found = bench.bench_point(target, draft, prompts, 4, 0.0, cfg, H100_SXM)["greedy_mismatch"]
+    differ = [b for b in range(16) if plain[b] != spec[b]]
+    if not differ:
+        assert found is None
+    else:  # rounding: the two tokens' logits are within a few units in the last place
+        b = differ[0]
+        i = next(j for j in range(16) if plain[b][j] != spec[b][j])
+        assert (found["rows"], found["row"], found["index"]) == (len(differ), b, i)
+        assert abs(found["logit_gap"]) <= 4 * found["logit_spacing"], found
+    # A difference put in by hand is reported at its place, with the gap of the target's own logits there.
+    returned = _flip_a_token(monkeypatch, 0, 2)
+    found = bench.bench_point(target, draft, prompts, 4, 0.0, cfg, H100_SXM)["greedy_mismatch"]
+    b = next(b for b in range(16) if plain[b] != returned[-1][b])
+    i = next(j for j in range(16) if plain[b][j] != returned[-1][b][j])
+    with torch.inference_mode():
+        logits = target(torch.tensor([prompts[b] + plain[b][:i]]))[0, -1].float()  # (V,)
+    x, y = plain[b][i], returned[-1][b][i]
+    assert found == {"rows": found["rows"], "row": b, "index": i, "plain_token": x, "speculative_token": y,
+                     "logit_gap": (logits[x] - logits[y]).item(), "logit_spacing": found["logit_spacing"]}
+    assert (b, i) <= (0, 2) and found["logit_spacing"] > 0
+
+
+def test_bad_bench_settings_are_named_before_any_work():
+    for kw, message in [(dict(batches=()), "batches"), (dict(gammas=(0,)), "gammas"), (dict(repeats=0), "repeats"),
+                        (dict(warmup=-1), "warmup"), (dict(accept_rate=1.5), "synthetic acceptance rate"),
+                        (dict(temperatures=(-1.0,)), "temperatures")]:
+        with pytest.raises(ValueError, match=message):
+            BenchConfig(**kw)

@@ -83,3 +83,100 @@ def test_generate_applies_the_chat_template_of_a_real_checkpoint(capsys):
     assert main(["generate", "What is the capital of France?", "--model", "smollm2-135m-instruct",
                  "--max-new-tokens", "12", "--no-chat"]) == 0
     assert re.search(r"new tokens\s+1\n", capsys.readouterr().err)  # bare: the end-of-turn token at once
+
+
+def test_roofline_quantizes_with_the_library(capsys):
+    """--weight-bits goes through roofline.quantized: the table's speedup is the library's W4 one, not BF16's."""
+    from minispec.roofline import LLAMA_8B, quantized, speculative_speedup
+
+    assert main(["roofline", "--weight-bits", "4", "--batches", "64"]) == 0
+    out = capsys.readouterr().out
+    w4, bf16 = (f"{speculative_speedup(64, model=m):.2f}x" for m in (quantized(LLAMA_8B, 4), LLAMA_8B))
+    assert "Llama-3-8B W4 (8B params x 0.5 B)" in out and w4 in out and w4 != bf16
+
+
+def test_device_defaults_agree_across_commands(capsys):
+    """demo, generate and bench leave --device unset, say the same rule in --help, and one loader applies it."""
+    from minispec.cli import build_parser
+
+    parser = build_parser()
+    for argv in (["demo"], ["generate", "x"], ["bench"]):
+        assert parser.parse_args(argv).device is None
+        with pytest.raises(SystemExit):
+            parser.parse_args([argv[0], "--help"])
+        assert "(default: cuda when torch sees a CUDA device, else cpu)" in " ".join(capsys.readouterr().out.split())
+
+
+def test_device_default_is_cuda_when_available(monkeypatch):
+    import torch
+
+    from minispec.bench import load_pair
+
+    assert load_pair("shape:tiny-draft")[0].device.type == ("cuda" if torch.cuda.is_available() else "cpu")
+    if not torch.cuda.is_available():  # pretend there is one: the loader then builds on "cuda", which fails here
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        with pytest.raises((AssertionError, RuntimeError), match="CUDA"):
+            load_pair("shape:tiny-draft")
+
+
+def test_a_device_that_is_not_there_is_named(capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    assert main(["generate", "x", "--device", "cuda"]) == 2
+    assert "torch sees no CUDA device" in capsys.readouterr().err
+    assert main(["generate", "x", "--device", "tpu9"]) == 2
+    assert "unknown device 'tpu9'" in capsys.readouterr().err
+
+
+def test_bench_flags_are_checked(capsys):
+    assert main(["bench", "--vllm", "--plot", "x.png"]) == 2
+    assert "--plot and --hf-baseline need the sweep" in capsys.readouterr().err
+    assert main(["bench", "--batches", "1,two"]) == 2
+    assert "--batches takes comma-separated integers, got '1,two'" in capsys.readouterr().err
+    assert main(["bench", "--accept-rate", "1.5"]) == 2
+    assert "synthetic acceptance rate must be in [0, 1]" in capsys.readouterr().err
+
+
+def test_course_build_calls_the_site_builder(tmp_path, monkeypatch, capsys):
+    """``minispec course build --out DIR`` hands DIR to minispec.site.build (faked here: the real one executes
+    every lesson) and says where the pages are; a lesson that fails makes it exit 1 with the builder's words."""
+    import types
+    from pathlib import Path
+
+    calls = []
+
+    class LessonError(RuntimeError):
+        pass
+
+    def build(out_dir="site", lessons_dir=None, timeout=300, execute=True):
+        calls.append(out_dir)
+        if out_dir == "broken":
+            raise LessonError("02_speculative_sampling_is_exact.ipynb, cell 16: NotImplementedError")
+        return [Path(out_dir) / "index.html", Path(out_dir) / "00_quickstart.html"]
+
+    site = types.ModuleType("minispec.site")
+    site.build, site.LessonError = build, LessonError
+    monkeypatch.setitem(sys.modules, "minispec.site", site)
+    assert main(["course", "build", "--out", str(tmp_path)]) == 0
+    assert calls == [str(tmp_path)]
+    assert capsys.readouterr().out == f"2 pages in {tmp_path}; open {tmp_path / 'index.html'}\n"
+    assert main(["course", "build"]) == 0 and calls[-1] == "site"
+    assert main(["course", "build", "--out", "broken"]) == 1
+    assert "cell 16: NotImplementedError" in capsys.readouterr().err
+
+
+def test_bench_vllm_prints_the_table_vllm_reads(tmp_path, capsys):
+    """--vllm: one JSON line with vLLM's keys, gamma within 0..largest --gammas for every listed batch, and
+    the same table in vllm_speculative_config.json beside --out."""
+    import json
+
+    assert main(["bench", "--vllm", "--batches", "1,2", "--gammas", "2", "--repeats", "1", "--accept-rate", "0.7",
+                 "--out", str(tmp_path / "rows.jsonl")]) == 0
+    captured = capsys.readouterr()
+    table = json.loads(captured.out)
+    assert set(table) == {"num_speculative_tokens", "num_speculative_tokens_per_batch_size"}
+    assert all(0 <= g <= 2 for _, _, g in table["num_speculative_tokens_per_batch_size"])
+    assert json.loads((tmp_path / "vllm_speculative_config.json").read_text()) == table
+    assert "alpha 0.700 (given)" in captured.err

@@ -12,9 +12,9 @@ import torch
 
 import minispec
 from minispec import sampling
+from minispec.grader import tv_bound
 from minispec.model import Model, ModelConfig
 from minispec.sampling import probabilities
-from test_speculative import tv_bound
 
 pytestmark = pytest.mark.slow
 

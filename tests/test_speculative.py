@@ -1,6 +1,5 @@
 """Speculative decoding is exact: greedy token for token, sampled in distribution."""
 
-import math
 
 import pytest
 import torch
@@ -9,6 +8,7 @@ from hypothesis import strategies as st
 
 import minispec
 from conftest import random_model
+from minispec.grader import tv_bound
 from minispec.policy import FixedPolicy
 from minispec.sampling import ACCEPT, TARGET, SamplingParams, probabilities, row_keys, row_seeds, sample, uniforms
 from minispec.speculative import accept_reject, speculative_generate
@@ -29,15 +29,6 @@ def exact_joint(target, prompt, params, n):
         probs = (probs[:, None] * p).flatten()  # (N*V,)
         seqs = torch.cat([seqs.repeat_interleave(V, 0), torch.arange(V).repeat(len(seqs))[:, None]], 1)
     return probs  # index = t1 * V^(n-1) + ... + tn
-
-
-def tv_bound(cells, samples, delta=1e-4):
-    """A total-variation distance the empirical distribution exceeds with probability < delta.
-
-    E[TV] <= 0.5 * sqrt((cells - 1) / samples), and TV moves by at most 1/samples per sample,
-    so by McDiarmid P(TV > E[TV] + eps) <= exp(-2 samples eps^2).
-    """
-    return 0.5 * math.sqrt((cells - 1) / samples) + math.sqrt(math.log(1 / delta) / (2 * samples))
 
 
 def empirical_tv(target, draft, params, gamma, samples=30_000, n=3, prompts=([1, 3],), **kw):

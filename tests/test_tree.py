@@ -6,8 +6,9 @@ import torch
 import minispec
 from conftest import random_model
 from minispec import TreeDraft
+from minispec.grader import tv_bound
 from minispec.tree import Tree, static_tree, tree_mask
-from test_speculative import V, empirical_tv, tv_bound
+from test_speculative import V, empirical_tv
 
 # --- the model verifies a tree in one pass -----------------------------------------------------
 

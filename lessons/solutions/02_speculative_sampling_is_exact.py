@@ -10,8 +10,9 @@ import math
 import torch
 
 import minispec
-from minispec import course
-from minispec.course import course_models, step_inputs
+from minispec import grader
+from minispec.course import course_models
+from minispec.grader import step_inputs
 from minispec.sampling import SamplingParams, probabilities
 from minispec.speculative import accept_reject
 
@@ -73,7 +74,7 @@ def exercise_2():
     print("  my_accept_reject:", good)
     print("  my_first_try:    ", str(bad).replace("\n", "\n  "))
     assert good.passed and good.tv < good.bound
-    assert not bad.passed and course.REUSED_UNIFORM in bad.problems
+    assert not bad.passed and grader.REUSED_UNIFORM in bad.problems
     return good, bad
 
 
