@@ -290,16 +290,23 @@ class Model(nn.Module):
         model.inv_freq = rope_inv_freq(cfg).to(device)
         return model.eval().requires_grad_(False)
 
-    def compile(self, mode: str = "reduce-overhead", **kwargs) -> Model:
+    def compile(self, mode: str | None = "reduce-overhead", recompile_limit: int | None = None, **kwargs) -> Model:
         """``torch.compile`` this model in place for fixed shapes (as gpt-fast does): caches it makes
         from now on are static, attending over all S slots, so a decode or verify step keeps one shape
         per batch size. Speed changes, tokens do not.
 
-        Each new shape (batch size, tokens per call, cache size) compiles once. Not ``fullgraph``:
-        past torch's recompile limit (8 shapes by default) new shapes run eagerly instead of failing.
+        Each new shape (batch size, tokens per call, cache size, layers run) compiles once, and every
+        compiled Model draws on one budget of shapes: Dynamo caches per function, and ``forward`` is one.
+        ``fullgraph``, so past the budget a new shape raises ``torch._dynamo.exc.FailOnRecompileLimitHit``
+        instead of silently running eagerly. ``recompile_limit`` sets the budget for the whole process
+        (``torch._dynamo.config.recompile_limit``; torch's default is 8; torch 2.11's ``torch.compile`` has
+        no per-function limit). ``torch._dynamo.utils.counters["stats"]["unique_graphs"]`` counts the
+        shapes compiled so far, and ``TORCH_LOGS=recompiles`` says why each one was.
         """
+        if recompile_limit is not None:
+            torch._dynamo.config.recompile_limit = recompile_limit
         self.static_cache = True
-        super().compile(mode=mode, dynamic=False, **kwargs)
+        super().compile(mode=mode, dynamic=False, fullgraph=True, **kwargs)
         return self
 
     @property

@@ -18,11 +18,15 @@ GAMMAS, MAX_NEW = (1, 2, 4, 8), 64  # as in the lesson (on a CPU)
 
 
 def setup():
+    """The lesson's models and prompt, and its accept rule: the exact one, or for random weights (a GPU
+    without a cached pair) the stated synthetic acceptance the lesson times."""
     m = course_models()
     if m["device"].type == "cpu":
         torch.set_num_threads(1)
     tok = m["tokenizer"]
     prompt = tok.encode(m["code"][:260]) if tok else bench.prompts_for(1, 64, m["target"].config.vocab_size)[0]
+    alpha = m["synthetic_alpha"]
+    m["rule"] = minispec.accept_reject if alpha is None else bench.SyntheticAcceptance(alpha)
     return m, prompt
 
 
@@ -35,6 +39,9 @@ def exercise_1(m, prompt):
     alpha about unchanged the best gamma is about unchanged too (here from Leviathan's formula with the
     measured c; the stopwatch on one row is too noisy to rank gammas)."""
     print("exercise 1: temperature 1.0 against greedy (8 held-out prompts, gamma 4)")
+    if m["synthetic_alpha"] is not None:  # random weights have no alpha to measure at any temperature
+        print("  random weights: measured on the embedded pair on the CPU instead")
+        m = course_models("cpu")
     target, draft, tok = m["target"], m["draft"], m["tokenizer"]
     encode = tok.encode if tok else lambda text: list(text.encode())
     prompts = [encode(m["code"][i * 3000 : i * 3000 + 200]) for i in range(8)]
@@ -52,9 +59,8 @@ def exercise_1(m, prompt):
           f"sampled {best[alpha_1]}")
     if m["embedded"]:
         assert abs(alpha_1 - greedy.alpha_estimate) < 0.1  # this pair: sum min(p, q) ~ the argmax agreement
-    for s in [greedy, *sampled]:
-        rates = s.per_position_acceptance_rates
-        assert all(a >= b for a, b in zip(rates, rates[1:]))
+    for s in [greedy, *sampled]:  # counted, so never rising; here strictly lower at the last position
+        assert s.per_position_acceptance_rates[-1] < s.per_position_acceptance_rates[0]
     return greedy, sampled
 
 
@@ -87,17 +93,21 @@ def exercise_3(m, prompt):
     cheaper, because one pass now serves 8 rows and the tiny models' passes are mostly fixed overhead.
     The prefill does not: 8 x 260 prompt tokens is real arithmetic, not overhead, so per output token it
     stays about the same and its share of the time grows. Of the loop's phases verify shrinks least, since
-    its arithmetic grows with the 8 x (gamma + 1) tokens it reads. (Times: printed, not asserted.)"""
+    its arithmetic grows with the 8 x (gamma + 1) tokens it reads. (Times: printed, not asserted.) The eight
+    rows are the same row only where a row's logits do not depend on its batch (m["batch_invariant"]: float32
+    on a CPU); in bf16 on a GPU a near-tie can round differently at batch 8, and with random weights the
+    synthetic acceptance draws each row's own."""
     print("exercise 3: batch 8")
     target, draft = m["target"], m["draft"]
     out = {}
     for B in (1, 8):
-        minispec.speculative_generate(target, draft, [prompt] * B, gamma=4, max_new_tokens=MAX_NEW)  # warm-up
-        out[B] = r = minispec.speculative_generate(target, draft, [prompt] * B, gamma=4, max_new_tokens=MAX_NEW)
+        kw = dict(gamma=4, max_new_tokens=MAX_NEW, rule=m["rule"])
+        minispec.speculative_generate(target, draft, [prompt] * B, **kw)  # warm-up
+        out[B] = r = minispec.speculative_generate(target, draft, [prompt] * B, **kw)
         per_token = {k: 1e3 * v / r.stats.num_output_tokens for k, v in r.stats.phase_s.items()}
         print(f"  batch {B}: ms per output token " + ", ".join(f"{k} {v:.2f}" for k, v in per_token.items())
               + f"; mean acceptance length {r.stats.mean_acceptance_length:.2f}")
-    if m["target"].dtype == torch.float32:  # bf16 sums in a batch-dependent order (lesson 00)
+    if m["batch_invariant"] and m["synthetic_alpha"] is None:
         assert all(t == out[1].tokens[0] for t in out[8].tokens)  # eight identical greedy rows
         assert out[8].stats.mean_acceptance_length == out[1].stats.mean_acceptance_length
         assert out[8].stats.num_steps == out[1].stats.num_steps

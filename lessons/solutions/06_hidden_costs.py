@@ -11,11 +11,12 @@ from minispec import H100_SXM, bench, roofline
 from minispec.course import course_models
 
 T8B, D1B, GAMMA = roofline.LLAMA_8B, roofline.LLAMA_1B, 4
+MAX_NUM_SEQS = 1024  # vLLM's default max_num_seqs on a GPU of >= 70 GiB that is not an A100 (as in the lesson)
 
 
 def full_memory_tps(context, draft=None, window=None, alpha=0.8):
-    """The lesson's function: rows and tokens/s of the whole server at the largest batch that fits."""
-    B = roofline.max_batch(H100_SXM, T8B, context, draft, draft_kv_window=window)
+    """The lesson's function: rows and tokens/s of the whole server at the largest batch that fits and vLLM runs."""
+    B = min(MAX_NUM_SEQS, roofline.max_batch(H100_SXM, T8B, context, draft, draft_kv_window=window))
     if draft is None:
         return B, B / roofline.step_time(B, 1, H100_SXM, T8B, context)
     step = roofline.speculative_step_time(B, GAMMA, hardware=H100_SXM, model=T8B, context=context, draft=draft,
@@ -66,7 +67,10 @@ def exercise_2(m):
 
 
 def exercise_3(m):
-    """Prompt lookup reads nothing before the first token; a layer-skip draft reads the prompt again, partly."""
+    """Prompt lookup reads nothing before the first token. minispec's layer-skip draft reads the prompt again
+    through its N layers, because minispec gives it a cache of its own; that is minispec's choice, not the
+    method's. LayerSkip (Elhoushi et al. 2024) shares the target's cache for those layers, which the target's
+    prefill has just filled, and verifies by running only the remaining layers: it adds nothing to TTFT either."""
     print("Exercise 3: forward passes before the first token, by draft")
     target, tokens = m["target"], m["tokenizer"].encode(m["code"])
     prompts = bench.prompts_for(2, 384, target.config.vocab_size, tokens)
@@ -84,8 +88,9 @@ def exercise_3(m):
     assert found["prompt lookup"] == [(768, None)]  # the target's prefill only: TTFT as plain decoding's
     assert found["layer skip, 1 layer"] == [(768, None), (768, 1)]  # the prompt again, through the first layer
     L = target.config.num_hidden_layers
-    print("  Prompt lookup has no model and no cache: it adds nothing before the first token. Layer skip shares the")
-    print(f"  target's weights but keeps its own cache, so it re-reads every prompt token through 1 of {L} layers.")
+    print("  Prompt lookup has no model and no cache: it adds nothing before the first token. minispec's layer skip")
+    print("  shares the target's weights but keeps a cache of its own, so it re-reads every prompt token through 1 of")
+    print(f"  {L} layers. LayerSkip itself shares the target's cache (filled by the prefill) and adds nothing here.")
 
 
 if __name__ == "__main__":

@@ -109,7 +109,9 @@ def agreement_at_every_depth(model, prompt, output):
 
 
 def exercise_2(model, prompts, outputs):
-    """No depth pays: agreement grows slowly with N, and c(N) never falls below the LM head's share."""
+    """No early-exit depth of this 135M checkpoint pays: agreement grows slowly with N, and c(N) never falls below
+    the LM head's share. That is exiting after the first N layers of one small ordinary checkpoint; it does not
+    say layer skipping never pays (see the last lines printed)."""
     print("Exercise 2: layer skip at every depth (H100, BF16, batch 1, best gamma 1..8)")
     L, full = model.config.num_hidden_layers, bf16(roofline.ModelShape.from_model(model))
     agree = {t: agreement_at_every_depth(model, prompts[t], outputs[t][:NEW_TOKENS]) for t in TASKS}
@@ -133,7 +135,11 @@ def exercise_2(model, prompts, outputs):
     print(f"  the 8-layer draft would need agreement {need:.0%} for 1.5x; it has {have:.0%}")
     assert need > 0.6 and need > 4 * have
     print("  Cost is not the fix (c >= the LM head's share at every N); agreement is. Checkpoints trained for early")
-    print("  exit (LayerSkip's recipe) raise it; an ordinary checkpoint's early layers do not predict its output.")
+    print("  exit (LayerSkip's recipe) raise it; this ordinary checkpoint's early layers do not predict its output.")
+    print("  Skipping intermediate layers instead, keeping the last ones, pays on off-the-shelf LLaMA-2 models")
+    print("  of 7-13B and more without training: Draft & Verify (Zhang et al. 2024) reports up to 1.99x, SWIFT")
+    print("  (Xia et al. 2025) 1.3-1.6x. And LayerSkip shares the target's cache and verifies with the remaining")
+    print("  layers only, where minispec's LayerSkipDraft keeps a cache of its own and verifies with the whole model.")
 
 
 def exercise_1b(model, prompts, outputs):
@@ -160,8 +166,9 @@ def exercise_1b(model, prompts, outputs):
     print(f"  this CPU (a {GAMMA + 1}-token step {tv / t1:.2f}x a 1-token step): always verify {always:.2f}x, "
           f"plain step when empty {skip:.2f}x")
     print("  At batch 1 on a GPU the empty verification is free, so a static shape costs nothing. Where verification")
-    print("  is compute-bound (large batch, or this CPU) it costs gamma + 1 positions for one token; a batched engine")
-    print("  can only skip it when no row in the batch proposed anything.")
+    print("  is compute-bound (large batch, or this CPU) it costs gamma + 1 positions for one token. minispec pads")
+    print("  every row to the batch's longest proposal, so it can skip only when no row proposed anything; vLLM")
+    print("  verifies each request's own draft (ragged): a request that proposed nothing costs one position.")
 
 
 def exercise_3(model, prompts, outputs):
