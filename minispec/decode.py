@@ -1,4 +1,4 @@
-"""Plain batched autoregressive decoding (the baseline), and the token bookkeeping of one decoding call.
+"""Decode a batch plainly, one target pass per token, keeping each row's tokens and progress.
 
 A call decodes prompts of different lengths together. Row b's tokens (prompt, then generated)
 live in ``seq[b, :total[b]]``; the model's cache always holds all of them but the last, so a

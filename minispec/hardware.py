@@ -1,4 +1,4 @@
-"""Hardware ceilings: datasheet presets of accelerators, and calibration of the device at hand.
+"""Hardware ceilings, from datasheet presets or by calibrating the device at hand.
 
 A :class:`Hardware` is three numbers the roofline needs (memory bandwidth, peak FLOP/s, memory
 size). The presets come from NVIDIA's datasheets; :func:`calibrate` measures the first two on

@@ -1,4 +1,4 @@
-"""A roofline model of decode step time, per operator, and what it says about speculative decoding.
+"""Predict decode and speculative step times per operator from the roofline of the hardware.
 
 Notation (Leviathan et al. 2023): p = target distribution, q = draft distribution,
 gamma = draft tokens per step, alpha = acceptance rate of one draft token, c = the cost of one

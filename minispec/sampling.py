@@ -1,4 +1,4 @@
-"""Logits to probabilities (temperature, top-k, top-p), and exact sampling from a counter-based generator.
+"""Turn logits into the sampling distribution (temperature, top-k, top-p) and draw from it exactly.
 
 Plain and speculative decoding share these functions, so speculative sampling applies exactly
 the same warping to the target's p and the draft's q (the warped p is the distribution the

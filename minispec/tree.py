@@ -1,4 +1,4 @@
-"""Trees of draft tokens: their shapes, the mask that verifies one in a single pass, and the exact rule.
+"""Verify a tree of draft tokens exactly, in one target pass: its shapes, its attention mask, its accept rule.
 
 A tree step verifies T draft nodes per row at once (SpecInfer, Miao et al. 2024; Medusa; EAGLE-2).
 Nodes are numbered 1..T with parents before children (node 0 is the root: the row's last token,
