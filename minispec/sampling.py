@@ -235,10 +235,8 @@ class Sampler:
         return None if self.params.greedy else uniforms(self.keys, stream, position, n)
 
     def accept_uniforms(self, position: torch.Tensor, n: int) -> torch.Tensor:
-        """The accept test's n uniforms per row (B, n). When greedy, p and q are one-hot, so the test
-        u * q(x) < p(x) has the same answer for every u in (0, 1): 0.5, and no random numbers are spent."""
-        if self.params.greedy:
-            return torch.full((len(position), n), 0.5, dtype=torch.float64, device=position.device)
+        """The accept test's n uniforms per row (B, n), greedy or not (when greedy, p and q are one-hot and
+        every u in (0, 1) gives the exact rule the same answer, but a synthetic rule draws from them)."""
         return uniforms(self.keys, ACCEPT, position, n)
 
     def draw(self, weights: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
