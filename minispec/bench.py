@@ -355,8 +355,10 @@ def prompt_tokens(tok, prompts_file: str | None = None) -> list[int] | None:
     return tok.encode(text) if tok is not None else list(text.encode())
 
 
-def _prepare(target: str, draft: str | None, device, dtype, prompts: str | None, out, compile: bool):
-    """Check ``out`` (its folder is created) and the prompts file before any work, then load and compile."""
+def _prepare(target: str, draft: str | None, device, dtype, prompts: str | None, out, compile: bool,
+             cfg: BenchConfig):
+    """Check ``out`` (its folder is created) and the prompts file before any work, then load and compile with
+    a budget of 16 shapes per (batch, gamma) point of ``cfg`` (a shape past it raises, never runs eagerly)."""
     if out is not None:
         out = Path(out)
         if out.is_dir():
@@ -366,9 +368,10 @@ def _prepare(target: str, draft: str | None, device, dtype, prompts: str | None,
         raise ValueError(f"prompts file {prompts}: no such file")
     model, tok, drafter = load_pair(target, draft, device, dtype)
     if compile:
-        model.compile()
+        budget = 16 * len(cfg.batches) * len(cfg.gammas)  # prefill, decode, verify and draft shapes per point
+        model.compile(recompile_limit=budget)
         if isinstance(drafter, Model):  # prompt lookup has no model; layer skip shares the target's
-            drafter.compile()
+            drafter.compile(recompile_limit=budget)
     return model, tok, drafter, out
 
 
@@ -403,7 +406,7 @@ def run(target: str = "tiny-code-target", draft: str | None = "tiny-code-draft",
     if hf_baseline and (target.startswith("shape:") or (draft or "").startswith(("shape:", "layerskip:"))):
         raise ValueError("the transformers baseline runs checkpoints (and prompt lookup), not random shapes "
                          f"or layer skip: got target {target!r}, draft {draft!r}")
-    model, tok, drafter, out = _prepare(target, draft, device, dtype, prompts, out, compile)
+    model, tok, drafter, out = _prepare(target, draft, device, dtype, prompts, out, compile, cfg)
     tokens = prompt_tokens(tok, prompts)
     hw = device_hardware(model.device, model.dtype)
     header = (f"device: {hw.name}: {hw.memory_bandwidth / 1e9:.1f} GB/s, {hw.peak_flops / 1e12:.2f} TFLOP/s "
@@ -463,7 +466,7 @@ def vllm_table(target: str = "tiny-code-target", draft: str = "tiny-code-draft",
     if draft in (None, "ngram") or draft.startswith("layerskip:"):
         raise ValueError("the vLLM table measures a draft model's step time: name a draft checkpoint, "
                          f"not {draft!r}")
-    model, tok, drafter, out = _prepare(target, draft, device, dtype, prompts, out, compile)
+    model, tok, drafter, out = _prepare(target, draft, device, dtype, prompts, out, compile, cfg)
     gamma_max, alpha = max(cfg.gammas), cfg.accept_rate
     if alpha is None:
         batch = prompts_for(4, cfg.prompt_len, model.config.vocab_size, prompt_tokens(tok, prompts), cfg.seed)
