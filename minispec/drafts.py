@@ -284,7 +284,8 @@ class TreeDraft(Draft):
             for j, par in enumerate(self.parents, 1):
                 level[j] = level[par] + 1
             self.levels, self.depth = level, max(level)
-            self.topk = max(self.parents.count(v) for v in set(self.parents))
+            self.ranks = [self.parents[:j].count(par) for j, par in enumerate(self.parents)]  # among siblings
+            self.topk = max(self.ranks) + 1
         self.shape, self.features = self.draft.shape, self.draft.features
 
     def check(self, target, positions):
@@ -317,33 +318,33 @@ class _TreeRun(DraftRun):
         level = [d for d in cfg.levels[1:] if d <= depth]  # node j's depth at j - 1; nodes come in depth order
         T = len(level)
         parents = torch.tensor(cfg.parents[:T], device=dev).expand(B, T)  # (B, T)
+        rank = torch.tensor(cfg.ranks[:T], device=dev)  # (T,) each node's rank among its siblings
         u = self.sampler.uniforms(DRAFT, state.total, T)  # (B, T), None when greedy
-        logits, h = self.inner.catch_up(state)  # (B, V), (B, C) or None
+        logits, h = self.inner.catch_up(state)  # (B, V), (B, C) or None: the root's
+        logits, h = logits[:, None], None if h is None else h[:, None]  # (B, 1, V), (B, 1, C): level 0
         self.root = state.total - 1  # (B,) the root's slot in the draft's cache; nodes follow it
-        x = torch.zeros(B, T, dtype=torch.long, device=dev)  # (B, T)
-        q = None if u is None else torch.zeros(B, T, self.vocab_size, device=dev)  # (B, T, V)
-        out, hid = {0: logits}, {0: h}  # each node's draft logits (B, V) and hidden state, once fed
+        xs, qs = [], []
         anc = ancestors(parents, depth)[:, 1:, 1:]  # (B, T, T) among the nodes
         positions = self.root[:, None] + torch.tensor(level, device=dev)  # (B, T)
+        first = 0  # the first node id of the previous level (the root: 0)
         for d in range(1, depth + 1):
             lo, hi = level.index(d), len(level) - level[::-1].index(d)  # x[:, lo:hi] are the depth-d nodes
-            for par in sorted(set(cfg.parents[lo:hi])):
-                kids = [i for i in range(lo, hi) if cfg.parents[i] == par]
-                if u is None:  # greedy: the draft's top-k tokens, point masses
-                    x[:, kids] = out[par].topk(len(kids), -1).indices  # (B, k)
-                else:  # i.i.d. from q (SpecInfer)
-                    dist = probabilities(out[par], self.sampler.params)  # (B, V)
-                    x[:, kids] = sample(dist[:, None].expand(-1, len(kids), -1), u[:, kids])  # (B, k)
-                    q[:, kids] = dist[:, None]
+            up = parents[0, lo:hi] - first  # (w,) each node's parent among the previous level's
+            if u is None:  # greedy: the draft's top-k tokens, point masses
+                top = logits.topk(int(rank[lo:hi].max()) + 1, -1).indices  # (B, P, k)
+                xs.append(top[:, up, rank[lo:hi]])  # (B, w)
+            else:  # i.i.d. from the parent's q (SpecInfer)
+                dist = probabilities(logits, self.sampler.params)[:, up]  # (B, w, V)
+                xs.append(sample(dist, u[:, lo:hi]))  # (B, w)
+                qs.append(dist)
             if d < depth:  # feed the depth-d nodes: their children come next
-                hp = None if h is None else torch.stack([hid[cfg.parents[i]] for i in range(lo, hi)], 1)
-                logits, hs = self.inner.extend(x[:, lo:hi], hp, TreeMask(self.root + 1, positions[:, :hi],
-                                                                         anc[:, lo:hi, :hi]))  # (B, w, V)
-                for k, i in enumerate(range(lo, hi)):
-                    out[i + 1], hid[i + 1] = logits[:, k], None if hs is None else hs[:, k]
+                mask = TreeMask(self.root + 1, positions[:, :hi], anc[:, lo:hi, :hi])
+                logits, h = self.inner.extend(xs[-1], None if h is None else h[:, up], mask)  # (B, w, V), (B, w, C)
+            first = lo + 1
         fed = torch.tensor(level, device=dev) < depth  # (T,) the nodes the draft's cache holds
         self.slot = torch.where(fed, torch.arange(1, T + 1, device=dev), -1).expand(B, T)  # (B, T) slot - root
-        q = PointMass(torch.ones_like(x, dtype=torch.bool), self.vocab_size) if q is None else q
+        x = torch.cat(xs, 1)  # (B, T)
+        q = torch.cat(qs, 1) if qs else PointMass(torch.ones_like(x, dtype=torch.bool), self.vocab_size)
         return Proposal(x, q, Tree(parents, depth, cfg.topk))
 
     def _dynamic(self, state, depth):

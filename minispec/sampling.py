@@ -77,7 +77,8 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         return torch.zeros_like(logits, dtype=torch.float32).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
     logits = logits.float() / params.temperature  # (..., V)
     if params.top_k is not None and params.top_k < logits.shape[-1]:
-        kth = logits.topk(params.top_k, dim=-1).values[..., -1:]  # (..., 1)
+        kth = (logits.amax(-1, keepdim=True) if params.top_k == 1
+               else logits.topk(params.top_k, dim=-1).values[..., -1:])  # (..., 1) the k-th largest
         logits = logits.masked_fill(logits < kth, float("-inf"))
     probs = logits.softmax(-1)  # (..., V)
     if params.top_p is not None and params.top_p < 1:

@@ -83,7 +83,7 @@ def speculative_step(target: Model, t_cache, run: DraftRun, state: DecodeState, 
             accepted, t = rule(p, q, x, u, draw)  # (B, T), (B,)
             path, rank = torch.where(accepted, torch.arange(1, x.shape[1] + 1, device=x.device), -1), None  # (B, T)
         else:
-            path, rank, t = verify_tree(p, q, x, tree, u, draw)  # (B, depth) each, (B,)
+            path, rank, t = verify_tree(p, q, x, tree, u, draw, sampler.params.greedy)  # (B, depth) each, (B,)
             t_cache.compact(root, path)  # the accepted path's KV next to the prefix; the rest is stale
         n = (path > 0).sum(1)  # (B,) draft tokens accepted
         new = torch.cat([x.gather(1, (path - 1).clamp_min(0)), t[:, None]], 1)  # (B, depth+1) the path's tokens

@@ -125,15 +125,18 @@ def children(parent: torch.Tensor, width: int) -> torch.Tensor:
     return table[:, :-1].view(B, T + 1, width)
 
 
-def verify_tree(p: torch.Tensor, q, x: torch.Tensor, tree: Tree, u: torch.Tensor, draw):
+def verify_tree(p: torch.Tensor, q, x: torch.Tensor, tree: Tree, u: torch.Tensor, draw, greedy: bool = False):
     """The exact rule of the module docstring, for every row at once.
 
     p (B, T+1, V): the target at the root and each node; q: the draft's distribution of each node's
     token, dense (B, T, V) or a :class:`~minispec.sampling.PointMass`; x (B, T) the nodes' tokens; u
     (B, T) one uniform per node; ``draw(weights (B, V)) -> (B,)``. Returns path (B, depth): the accepted
     nodes from depth 1 down (-1 past a row's last), rank (B, depth): their ranks among their siblings,
-    and t (B,): the row's next token (a correction, or the bonus after an accepted leaf).
+    and t (B,): the row's next token (a correction, or the bonus after an accepted leaf). ``greedy``: p is
+    one-hot (temperature 0), and :func:`verify_greedy` gives the same answer without walking over V.
     """
+    if greedy:
+        return verify_greedy(p, x, tree, draw)
     B = x.shape[0]
     kids = children(tree.parent, tree.width)  # (B, T+1, width)
     q_x = q_of(q, x)  # (B, T)
@@ -161,3 +164,25 @@ def verify_tree(p: torch.Tensor, q, x: torch.Tensor, tree: Tree, u: torch.Tensor
             cur, moved = torch.where(ok, c, cur), moved | ok  # (B,) each
         walking &= moved
     return path, rank, draw(r)
+
+
+def verify_greedy(p: torch.Tensor, x: torch.Tensor, tree: Tree, draw):
+    """:func:`verify_tree` where p is one-hot: a child is accepted when it is the first of its siblings whose
+    token is the target's argmax at their parent, and the walk goes on below it. Computed for all nodes at
+    once, in O(depth) small ops on (B, T) tensors instead of a walk over (B, V) distributions."""
+    B, T = x.shape
+    best = p.argmax(-1)  # (B, T+1) the target's token after each node
+    hit = x == best.gather(1, tree.parent)  # (B, T) the node is its parent's argmax
+    same = tree.parent[:, None, :] == tree.parent[:, :, None]  # (B, T, T) siblings (and itself)
+    earlier = same & (torch.arange(T, device=x.device)[None, :] < torch.arange(T, device=x.device)[:, None])
+    hit &= ~(earlier & hit[:, None, :]).any(-1)  # (B, T) only the first sibling that hits
+    rank = earlier.sum(-1)  # (B, T) each node's rank among its siblings
+    ok = torch.cat([torch.ones_like(hit[:, :1]), hit], 1)  # (B, T+1) the root is accepted
+    for _ in range(tree.depth):  # accepted: it hits and its parent is accepted
+        ok = ok & torch.cat([ok[:, :1], ok.gather(1, tree.parent)], 1)
+    level = depths(tree.parent, tree.depth)  # (B, T+1)
+    ids = torch.arange(T + 1, device=x.device)  # (T+1,)
+    path = torch.stack([torch.where(ok & (level == d), ids, -1).amax(1) for d in range(1, tree.depth + 1)], 1)
+    last = torch.where(ok, level * (T + 1) + ids, -1).argmax(1)  # (B,) the deepest accepted node (the root: 0)
+    pr = torch.cat([torch.zeros_like(rank[:, :1]), rank], 1).gather(1, path.clamp_min(0))  # (B, depth)
+    return path, torch.where(path > 0, pr, -1), draw(take(p, last))

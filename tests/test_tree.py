@@ -214,3 +214,33 @@ def test_bad_trees_are_named(pair, kw, message):
 def test_a_tree_needs_a_draft_model(pair):
     with pytest.raises(ValueError, match="draft model"):
         TreeDraft(minispec.PromptLookupDraft(), branching=(2,))
+
+
+def test_the_greedy_shortcut_is_the_walk_with_one_hot_p():
+    """verify_greedy (no walk over V) gives the walk's path, ranks and token when p is one-hot, on random
+    trees whose siblings sometimes share a token (the first of them must win, as in the walk)."""
+    from minispec.sampling import PointMass
+    from minispec.tree import verify_greedy, verify_tree
+
+    g = torch.Generator().manual_seed(0)
+    B, V = 64, 3  # 3 tokens: siblings collide and paths run deep
+    for parents in (static_tree(branching=(3, 2, 2)), static_tree(paths=[(0, 0, 0, 0), (1, 0), (0, 1, 0)])):
+        T = len(parents)
+        parent = torch.tensor(parents).expand(B, T)  # (B, T)
+        x = torch.randint(0, V, (B, T), generator=g)  # (B, T)
+        p = torch.nn.functional.one_hot(torch.randint(0, V, (B, T + 1), generator=g), V).float()  # (B, T+1, V)
+        tree = Tree(parent, max(depths_of(parents)), max(parents.count(v) for v in set(parents)))
+        draw = lambda w: w.argmax(-1)  # noqa: E731
+        q = PointMass(torch.ones(B, T, dtype=torch.bool), V)
+        walk = verify_tree(p, q, x, tree, torch.rand(B, T, generator=g, dtype=torch.float64), draw)
+        fast = verify_greedy(p, x, tree, draw)
+        for a, b in zip(walk, fast):
+            assert torch.equal(a, b)
+        assert (walk[0] > 0).sum() > B // 2 and (walk[0][:, 1] > 0).any()  # accepted often, at depth 2 too
+
+
+def depths_of(parents):
+    level = [0]
+    for par in parents:
+        level.append(level[par] + 1)
+    return level
