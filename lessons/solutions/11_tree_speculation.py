@@ -1,0 +1,156 @@
+"""Worked solutions to the exercises of lesson 11, tree speculation.
+
+Run from the repository root: ``python lessons/solutions/11_tree_speculation.py``.
+Every number a solution claims is asserted. Exercises 1 and 3 are arithmetic on the cost model; exercise 2 counts
+greedy acceptance on the embedded pair, which is deterministic in float32 on a CPU. Nothing compares two wall-clock
+times measured here.
+"""
+
+import itertools
+import json
+import random
+from pathlib import Path
+
+import torch
+
+import minispec
+from minispec import TreeDraft, bench, hardware, roofline
+from minispec.course import course_models
+
+RESULTS = Path(__file__).resolve().parents[2] / "results" / "cpu" / "trees.jsonl"  # scripts/tree_bench.py's output
+
+
+def fall_back(batches=range(1, 300), **kw) -> tuple[int | None, int | None]:
+    """(the first batch whose best tree is a chain, the first with no speculation; None: not in ``batches``)."""
+    rows = roofline.tree_speedup_table(batches, **kw)
+    return (next((r["batch"] for r in rows if r["chain"] or r["budget"] == 0), None),
+            next((r["batch"] for r in rows if r["budget"] == 0), None))
+
+
+def exercise_1():
+    """The fall-back batches scale with the ridge: the H200's are the H100's x 206/295, W4A16's a quarter."""
+    print("Exercise 1: fall-back batches from the ridge (8B, alpha 0.8, c 0.05)")
+    h100, h200 = hardware.H100_SXM, hardware.H200
+    base = fall_back()
+    cases = {"H200": (fall_back(hardware=h200), h200.ridge / h100.ridge),
+             "H100, W4A16": (fall_back(model=roofline.quantized(roofline.LLAMA_8B, 4)), 1 / 4)}
+    print(f"  H100: a chain from batch {base[0]}, no speculation from {base[1]}")
+    for name, (found, scale) in cases.items():
+        predicted = [b * scale for b in base]
+        print(f"  {name}: predicted {predicted[0]:.1f} and {predicted[1]:.1f} (x {scale:.3f}); found {found}")
+        assert all(abs(f - p) <= 1 for f, p in zip(found, predicted))  # up to rounding to whole batches
+    assert base == (45, 259) and cases["H200"][0] == (32, 181) and cases["H100, W4A16"][0] == (12, 65)
+    print("  In the weights-only model a step over N tokens costs max(bytes / bandwidth, FLOPs(N) / peak): only N")
+    print("  against the ridge (in tokens) matters. Batch B on a chip whose ridge is s times the H100's behaves as")
+    print("  batch B / s on the H100, so every threshold moves by s. 4-bit weights keep the FLOPs and quarter the")
+    print("  bytes: a quarter of the tokens reach the ridge. Both are cheaper weight reads, which a tree spends.")
+
+
+def greedy_ranks(target, draft, prompts, n: int) -> list[list[int]]:
+    """Per prompt, the rank of each of the target's n greedy tokens in the draft's order (teacher-forced)."""
+    greedy = minispec.generate(target, prompts, max_new_tokens=n).tokens
+    P = len(prompts[0])
+    with torch.inference_mode():
+        seqs = torch.tensor([p + g for p, g in zip(prompts, greedy)])  # (B, P + n)
+        order = draft(seqs)[:, P - 1:-1].argsort(-1, descending=True)  # (B, n, V)
+    return (order == seqs[:, P:, None]).int().argmax(-1).tolist()
+
+
+def replay(ranks: list[int], paths: set, depth: int, tokens: int) -> tuple[int, int]:
+    """(steps, accepted drafts) of greedy tree decoding for ``tokens`` new tokens, from the ranks alone: at each
+    root the step accepts the longest run of the next tokens' ranks that is a path of the tree, then adds one."""
+    s = steps = accepted = 0  # s: the root's index among the new tokens (the first comes from the prefill)
+    while s + 1 < tokens:
+        k = 0
+        while k < depth and tuple(ranks[s + 1:s + 2 + k]) in paths:
+            k += 1
+        steps, accepted, s = steps + 1, accepted + k, s + k + 1
+    return steps, accepted
+
+
+def exercise_2():
+    """A greedy tree step is a lookup in the rank sequence; the profile model is that lookup with the ranks
+    shuffled, and real ranks come in runs."""
+    print("Exercise 2: replaying the greedy tree step from teacher-forced ranks")
+    torch.set_num_threads(1)
+    m = course_models("cpu")
+    target, draft, code = m["target"], m["draft"], m["tokenizer"].encode(m["code"])
+    V, N = target.config.vocab_size, 32
+    ranks = greedy_ranks(target, draft, bench.prompts_for(16, 64, V, code), N)  # the lesson's profile sample
+    profile = list(itertools.accumulate([sum(r.count(k) for r in ranks) / (16 * N) for k in range(64)], min))
+    batch = bench.prompts_for(4, 64, V, code[700:])  # the lesson's four prompts
+    batch_ranks = greedy_ranks(target, draft, batch, N + 16)  # past N: a last step may look beyond the cut
+    for n in (4, 16, 32):
+        best = roofline.best_tree(n, profile=profile)
+        for prompt, r in zip(batch, batch_ranks):
+            s = minispec.speculative_generate(target, TreeDraft(draft, paths=list(best.paths)), [prompt],
+                                              gamma=best.depth, max_new_tokens=N).stats
+            assert (s.num_drafts, s.accepted_tokens) == replay(r, set(best.paths), best.depth, N)
+    print("  for 4, 16 and 32 nodes, the replay gives every prompt's steps and accepted tokens exactly")
+
+    L = 200  # longer continuations for the next part: 16 x 200 ranks
+    long = greedy_ranks(target, draft, bench.prompts_for(16, 64, V, code), L)
+    pairs = [(a == 0, b == 0) for r in long for a, b in zip(r, r[1:])]
+    after_hit = sum(b for a, b in pairs if a) / sum(a for a, _ in pairs)
+    after_miss = sum(b for a, b in pairs if not a) / sum(not a for a, _ in pairs)
+    print(f"  P(first guess right | the previous one was) = {after_hit:.2f}; after a miss {after_miss:.2f}")
+    assert after_hit > after_miss + 0.1  # easy stretches: acceptance comes in runs
+    flat = [k for r in long for k in r]
+    own = list(itertools.accumulate([flat.count(k) / len(flat) for k in range(64)], min))  # these ranks' profile
+    shuffled = flat[:]
+    random.Random(0).shuffle(shuffled)  # the same ranks, in no order: independent positions
+    for n in (4, 16, 64):
+        best = roofline.best_tree(n, profile=own)
+        E = {}
+        for name, seqs in (("real", long), ("shuffled", [shuffled[i:i + L] for i in range(0, len(flat), L)])):
+            counted = [replay(r, set(best.paths), best.depth, L - best.depth - 1) for r in seqs]
+            E[name] = 1 + sum(a for _, a in counted) / sum(s for s, _ in counted)
+        model = roofline.tree_expected_tokens(best, profile=own)
+        print(f"  {n:>2} nodes: tokens per step modelled {model:.2f}; replayed on the ranks shuffled "
+              f"{E['shuffled']:.2f}, in their real order {E['real']:.2f}")
+        assert abs(E["shuffled"] - model) < 0.1  # the product formula is the independent-positions model
+        if n == 64:
+            assert E["real"] > E["shuffled"] + 0.2  # deep paths of first guesses come more often than chance
+    print("  The product along a path assumes each position's rank is independent of the last. Shuffling the ranks")
+    print("  makes that true, and the model then agrees with the replay to sampling noise. In the real order a hit")
+    print("  makes the next hit likelier: deep paths are accepted more often than the product says, so large trees")
+    print("  beat the model, while a small tree does a little worse (a step after a miss starts on a harder token).")
+
+
+def exercise_3():
+    """The same profile, two machines (Sequoia's point that the best tree belongs to the hardware); then the fixed
+    cost per step that the roofline leaves out, from the saved measurement."""
+    print("Exercise 3: the pair's profile on this CPU (its shapes, the saved run's ceilings) and on an H100 (8B)")
+    rows = [json.loads(line) for line in RESULTS.read_text().splitlines()]
+    run, profile = rows[0], next(r for r in rows if r["row"] == "profile")["profile"]
+    cpu = hardware.Hardware("this CPU, as calibrated in the saved run", run["memory_bandwidth_Bps"],
+                            run["peak_flops"], memory_bytes=1e9)  # memory: not used by these tables
+    target, draft = (roofline.ModelShape.from_model(minispec.load(name)[0])
+                     for name in ("tiny-code-target", "tiny-code-draft"))
+    kw = dict(profile=profile, hardware=cpu, model=target, draft=draft, context=run["context"])
+    here, h100 = roofline.tree_speedup_table([1], **kw)[0], roofline.tree_speedup_table([1], profile=profile)[0]
+    chain_here, chain_h100 = fall_back(range(1, 65), **kw)[0], fall_back(profile=profile)[0]
+    print(f"  batch 1, modelled: this CPU's best tree has {here['budget']} nodes (depth {here['depth']}, "
+          f"{here['speedup']:.2f}x); the H100's {h100['budget']} (depth {h100['depth']}, {h100['speedup']:.2f}x)")
+    print(f"  the best tree is a chain from batch {chain_here} here and from batch {chain_h100} on the H100")
+    assert here["budget"] < h100["budget"] / 2 and chain_here < 8 < chain_h100
+    print(f"  This CPU's ridge is {cpu.ridge:.0f} FLOP/byte against 295, and float32 reads 4 bytes a weight: a verify")
+    print("  is compute-bound within one row, so every node costs from the start and the best tree is small.")
+    assert cpu.ridge < hardware.H100_SXM.ridge / 10
+
+    at = {(p["batch"], p["kind"], p["budget"]): p for p in rows if p["row"] == "point"}
+    c8, t8 = at[1, "chain", 8], at[1, "static", 8]  # the same chain of 8, by the chain loop and by TreeDraft
+    steps = c8["rows"] * (run["max_new_tokens"] - 1) / c8["tokens_per_step"]  # about; the same for both
+    extra = (t8["decode_s"] - c8["decode_s"]) / steps  # s per step, the same tokens verified and accepted
+    step = roofline.step_time(1, 1, cpu, target, run["context"])  # the roofline's plain target step here
+    print(f"  measured: the tree path costs {1e3 * extra:.1f} ms more per step for the same tokens, "
+          f"{extra / step:.0f} modelled target steps ({1e3 * step:.2f} ms each)")
+    assert extra > 3 * step
+    print("  Fixed costs per step (Python, small kernels, the walk over the tree) are what the roofline omits;")
+    print("  on a millisecond-sized model they outweigh the extra tokens a tree brings.")
+
+
+if __name__ == "__main__":
+    exercise_1()
+    exercise_2()
+    exercise_3()
