@@ -75,7 +75,7 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """
     if params.greedy:
         return torch.zeros_like(logits, dtype=torch.float32).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
-    logits = logits.float() / params.temperature  # (..., V)
+    logits = logits.float() if params.temperature == 1 else logits.float() / params.temperature  # (..., V)
     if params.top_k is not None and params.top_k < logits.shape[-1]:
         kth = (logits.amax(-1, keepdim=True) if params.top_k == 1
                else logits.topk(params.top_k, dim=-1).values[..., -1:])  # (..., 1) the k-th largest
