@@ -13,6 +13,7 @@ A tree of drafts verified in one pass: ``minispec.TreeDraft(draft, branching=(4,
 
 from minispec.decode import GenerationResult, generate
 from minispec.drafts import Draft, LayerSkipDraft, ModelDraft, PromptLookupDraft, TreeDraft
+from minispec.eagle import EagleDraft
 from minispec.grader import grade_accept_rule
 from minispec.hardware import H100_SXM, H200, Hardware
 from minispec.load import EMBEDDED, fetch, load
@@ -34,6 +35,6 @@ from minispec.tokenizer import ByteTokenizer
 __all__ = [
     "EMBEDDED", "H100_SXM", "H200", "ByteTokenizer", "Draft", "GenerationResult", "Hardware", "LayerSkipDraft",
     "Model", "ModelConfig", "ModelDraft", "ModelShape", "PromptLookupDraft", "SamplingParams", "Stats", "TreeDraft",
-    "accept_reject", "break_even_batch", "compute_bound_batch", "expected_tokens", "fetch", "generate",
+    "EagleDraft", "accept_reject", "break_even_batch", "compute_bound_batch", "expected_tokens", "fetch", "generate",
     "grade_accept_rule", "leviathan_speedup", "load", "speculative_generate", "speculative_speedup", "step_time",
 ]

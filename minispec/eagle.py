@@ -3,18 +3,21 @@
 The draft (Li et al. 2024, EAGLE-1; EAGLE-3 fuses several target layers) predicts from the target's
 residual stream instead of from tokens alone. Its slot t holds the pair (f_t, x_{t+1}): f_t the
 target's feature at position t (``features=(L,)``: after its last layer, EAGLE-1; several layers, e.g.
-low, mid and high, are concatenated and reduced to C by a matmul, EAGLE-3) and x_{t+1} the next
-token's embedding (the target's own embedding, borrowed, not copied). A fusion matmul (2 C -> C) and
-one decoder layer of the target's architecture give a hidden state h_t, and the LM head gives q for
-x_{t+2}. Drafting several tokens, a draft position reads the draft's own h of its parent in place of
-the target's feature (as EAGLE-1/2/3 do).
+low, mid and high, are concatenated and reduced to C by a matmul, as EAGLE-3 does; SGLang's EAGLE-3
+layer then widens its Q, K, V to read the embedding beside it, this one fuses them as EAGLE-1 does)
+and x_{t+1} the next token's embedding (the target's own embedding, borrowed, not copied). Both are
+RMS-normalised, a fusion matmul (2 C -> C) and one decoder layer of the target's architecture give a
+hidden state h_t, and the LM head gives q for x_{t+2}. Drafting several tokens, a draft position reads
+the draft's own h of its parent in place of the target's feature (as EAGLE-1/2/3 do).
 
-The LM head is the target's final-norm-free head (its weight rows, borrowed) behind the draft's own
-norm: the full vocabulary, or a **hot vocabulary** of the N most frequent tokens of the training data
-(FR-Spec, Zhao et al. 2025, arXiv 2502.14856; EAGLE-3's 32k draft vocabulary), whose N rows are
-gathered once. q is then exactly 0 outside the hot set (logits -inf there), which costs nothing in
-exactness: the accept rule stays exact for any q. It costs acceptance: the mass p puts outside the
-hot set is never proposed (the hot set's acceptance ceiling).
+The LM head is the target's own (its weight rows, borrowed) behind the draft's own final norm: the
+full vocabulary, or a **hot vocabulary** of N tokens (FR-Spec, Zhao et al. 2025, arXiv 2502.14856;
+EAGLE-3's 32k draft vocabulary): the first N of the head's ranking, which training makes from the
+tokens the target expects most often in the training data (sum over positions of p; FR-Spec counts
+corpus tokens); their N rows are gathered once, and a draft -> target id map places the N logits.
+q is then exactly 0 outside the hot set (logits -inf there, so temperature, top-k and top-p apply
+unchanged), which costs nothing in exactness: the accept rule is exact for any q. It costs
+acceptance: the mass p puts outside the hot set is never proposed (the hot set's acceptance ceiling).
 
 Caches: the draft's slot t sits beside the target's slot t, so both hold total - 1 slots between steps.
 After a step the draft rolls its cache back and re-reads, at a fixed width (no host sync), the
@@ -86,8 +89,8 @@ class EagleConfig:
 
 
 class EagleModel(nn.Module):
-    """The head's own weights: feature reduction (EAGLE-3 only), fusion, one decoder layer, a norm;
-    and the token ranking (most frequent first) its hot vocabulary is cut from."""
+    """The head's own weights: feature reduction (several target layers only), fusion, one decoder layer, a
+    norm; and the token ranking (the most expected first) its hot vocabulary is cut from."""
 
     def __init__(self, cfg: EagleConfig):
         super().__init__()
@@ -131,7 +134,8 @@ class EagleModel(nn.Module):
         else:
             r = slots - tree.base[:, None]  # (B, S') index in the tree, < 0 in the prefix
             in_tree = (r >= 0) & (r < tree.positions.shape[1])  # (B, S')
-            seen = tree.visible.gather(2, r.clamp(0, tree.positions.shape[1] - 1)[:, None, :].expand(-1, T, -1))
+            ri = r.clamp(0, tree.positions.shape[1] - 1)  # (B, S')
+            seen = tree.visible.gather(2, ri[:, None, :].expand(-1, T, -1))  # (B, T, S')
             visible = ((r < 0)[:, None, :] | (in_tree[:, None, :] & seen))[:, None]  # (B, 1, T, S')
             pos = tree.positions[:, -T:]  # (B, T)
         cos, sin = rotary(pos, self.inv_freq, x.dtype)
@@ -157,6 +161,9 @@ class EagleDraft(Draft):
     """
 
     def __init__(self, target: Model, model: EagleModel, hot_vocab: int | None = None):
+        if not isinstance(target, Model) or not isinstance(model, EagleModel):
+            raise ValueError(f"EagleDraft needs a minispec Model and an EagleModel, got {type(target).__name__} and "
+                             f"{type(model).__name__}")
         cfg, tc = model.config, target.config
         if tc.vocab_size != cfg.layer.vocab_size or tc.hidden_size != cfg.layer.hidden_size:
             raise ValueError(f"this EAGLE head was trained for a target with vocabulary {cfg.layer.vocab_size} and "
@@ -186,6 +193,8 @@ class EagleDraft(Draft):
         (``"tiny-code-eagle"``, ``"smollm2-135m-eagle"``) or a directory, cast to the target's dtype and device."""
         from safetensors.torch import load_file
 
+        if not isinstance(target, Model):
+            raise ValueError(f"target must be a minispec Model (minispec.load(...)[0]), got {type(target).__name__}")
         path = ASSETS / str(name_or_dir) if str(name_or_dir) in SHIPPED else Path(name_or_dir).expanduser()
         if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
             raise ValueError(f"{name_or_dir!r} is neither a shipped EAGLE head ({', '.join(SHIPPED)}) nor a directory "

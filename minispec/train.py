@@ -1,4 +1,4 @@
-"""Reproducible CPU training: the embedded byte-level models, and EAGLE heads for any target.
+"""Train models on a CPU, reproducibly: the embedded byte-level models and EAGLE heads for any target.
 
 Corpora, both available without a network:
 
@@ -250,9 +250,12 @@ def evaluate_embedded() -> dict:
 #    them), unrolled over ``ttt`` draft positions (training-time test): position k > 1 reads the head's own
 #    hidden state of position k - 1 and attends to what the draft's cache would hold at that point.
 
+EVAL_POSITIONS = 4  # draft positions the held-out evaluation unrolls (gamma 4)
+
 # Chat prompts for self-distillation: tasks x subjects. The benchmark's held-out prompts are none of these.
 _TASKS = ("Explain {} to a ten-year-old.", "Write a short paragraph about {}.", "Give three facts about {}.",
-          "What are common misconceptions about {}?")
+          "What are common misconceptions about {}?", "Write a short poem about {}.", "What is the history of {}?",
+          "How does {} affect everyday life?", "Describe {} in three sentences.")
 _SUBJECTS = ("the ocean", "volcanoes", "photosynthesis", "the moon", "bicycles", "coffee", "democracy",
              "electricity", "honey bees", "the Roman Empire", "rainbows", "sleep", "Python lists", "recursion",
              "sorting algorithms", "unit tests")
@@ -262,14 +265,16 @@ _SUBJECTS = ("the ocean", "volcanoes", "photosynthesis", "the moon", "bicycles",
 class EagleTrainConfig:
     features: tuple[int, ...] | None = None  # target layers read; None: (L,), its last hidden state (EAGLE-1)
     hot_vocab: int | None = None  # train and draft over this many hot tokens; None: the full vocabulary
-    ttt: int = 3  # draft positions unrolled per window (training-time test); 1: teacher-forced only
+    ttt: int = 2  # draft positions unrolled per window (training-time test); 1: teacher-forced only
+    ttt_from: float = 0.8  # ... from this share of the steps on (before it: position 1 only, a third of the cost)
     seq_len: int = 256  # tokens per window
     batch_size: int = 8  # windows per step
-    lr: float = 2e-3  # peak AdamW learning rate, cosine-decayed to 10 % after a linear warm-up
+    lr: float = 5e-3  # peak AdamW learning rate, cosine-decayed to 10 % after a linear warm-up
     warmup: int = 20  # steps
     data_share: float = 0.4  # share of the time budget for data (self-distillation and the features pass)
     distill_tokens: int = 160  # new tokens per self-distilled answer (0: no self-distillation)
     data_dtype: str = "bfloat16"  # the target's dtype in the data pass ("float32" to match an fp32 target exactly)
+    save_dtype: str = "float32"  # the checkpoint's weights ("bfloat16" halves it; loading casts to the target's)
     reg: float = 1.0  # weight of the regression of the head's hidden state onto the target's next one (EAGLE-1)
     seed: int = 0
     eval_every: int = 25  # steps between held-out evaluations
@@ -309,17 +314,20 @@ def unroll(model, emb: torch.Tensor, f: torch.Tensor, steps: int) -> list[torch.
     return hs
 
 
-def _eagle_corpus(target_name: str, tok) -> tuple[list[list[int]], list[list[int]]]:
-    """(training documents, held-out documents) as token lists: the standard library's training modules (and,
-    for a subword tokenizer, the Python documentation's topics); held out: the shipped code and prose samples."""
+def _eagle_corpus(target_name: str, tok) -> tuple[list[list[list[int]]], list[list[int]]]:
+    """(groups of training documents, held-out documents) as token lists. Training, in the order the data pass
+    reads them: for a subword tokenizer the Python documentation's prose topics (``pydoc_data``), then the
+    standard library's training modules (for the byte-level targets: those alone, their own training corpus).
+    Held out: the shipped code sample (and for a subword tokenizer the prose sample too)."""
     from pydoc_data.topics import topics
 
     train_files, _ = code_files()
-    if target_name in EMBEDDED:  # bytes: the target's own training corpus
-        return [list(b"\n".join(f.read_bytes() for f in train_files))], [list(sample_text("code"))]
+    if target_name in EMBEDDED:
+        return [[list(b"\n".join(f.read_bytes() for f in train_files))]], [list(sample_text("code"))]
     enc = lambda s: tok(s, add_special_tokens=False)["input_ids"]  # noqa: E731
-    docs = [enc(topics[k]) for k in sorted(topics)] + [enc(f.read_text(encoding="utf-8")) for f in train_files]
-    return docs, [enc(sample_text(k).decode("utf-8")) for k in ("prose", "code")]
+    prose = [enc(topics[k]) for k in sorted(topics)]
+    code = [enc(f.read_text(encoding="utf-8")) for f in train_files]
+    return [prose, code], [enc(sample_text(k).decode("utf-8")) for k in ("prose", "code")]
 
 
 def _self_distill(target: Model, tok, new_tokens: int, seed: int, say) -> list[list[int]]:
@@ -329,10 +337,10 @@ def _self_distill(target: Model, tok, new_tokens: int, seed: int, say) -> list[l
     chats = [[{"role": "user", "content": t.format(s)}] for t in _TASKS for s in _SUBJECTS]
     prompts = [tok.apply_chat_template(c, add_generation_prompt=True, tokenize=True)["input_ids"] for c in chats]
     t0, docs = time.perf_counter(), []
-    for i in range(0, len(prompts), 16):
-        out = generate(target, prompts[i : i + 16], new_tokens, temperature=0.7, seed=seed + i,
+    for i in range(0, len(prompts), 32):
+        out = generate(target, prompts[i : i + 32], new_tokens, temperature=0.7, seed=seed + i,
                        eos_token_id=tok.eos_token_id)
-        docs += [p + o for p, o in zip(prompts[i : i + 16], out.tokens)]
+        docs += [p + o for p, o in zip(prompts[i : i + 32], out.tokens)]
         say(f"self-distillation: {len(docs)}/{len(prompts)} answers, {time.perf_counter() - t0:.0f} s")
     return docs
 
@@ -385,14 +393,13 @@ def eagle_data(target_name: str, features: tuple[int, ...], cfg: EagleTrainConfi
     L, V = target.config.num_hidden_layers, target.config.vocab_size
     layers = tuple(sorted(set(features) | {L}))
     gen = torch.Generator().manual_seed(cfg.seed)
-    train_docs, held_docs = _eagle_corpus(target_name, tok)
+    groups, held_docs = _eagle_corpus(target_name, tok)
     distilled = []
     if cfg.distill_tokens and getattr(tok, "chat_template", None):
         distilled = _self_distill(target, tok, cfg.distill_tokens, cfg.seed, say)
     sep = ord("\n") if target_name in EMBEDDED else tok.eos_token_id
-    pool = _pack(train_docs, cfg.seq_len, sep, gen)
-    if distilled:  # the answers first: they are the closest to what the head will draft
-        pool = torch.cat([_pack(distilled, cfg.seq_len, sep, gen), pool])
+    # the target's own answers first (the closest to what the head will draft), then the corpora in order
+    pool = torch.cat([_pack(docs, cfg.seq_len, sep, gen) for docs in [distilled, *groups] if docs])  # (N, T)
     counts = torch.zeros(V, dtype=torch.float64)
     feats = _features(target, pool[:windows], layers, deadline if windows is None else math.inf, say, counts)
     held = _pack(held_docs, cfg.seq_len, sep, torch.Generator().manual_seed(0))[:8]  # (8, T)
@@ -453,7 +460,7 @@ def train_eagle(target_name: str, out_dir: str | Path, hot_vocab: int | None = N
         last = data.layers.index(L)
         norm = lambda t: F.rms_norm(t, (C,), None, eps)  # noqa: E731
 
-        def losses(x, h, evaluate=False):
+        def losses(x, h, positions, evaluate=False):
             """Per draft position k: soft cross-entropy to p (over the head's rows), the regression of the head's
             normalised hidden state onto the target's at j + 1, and (``evaluate``) the share of slots where the
             head's argmax is the target's over the full vocabulary; windows x (B, T), stored features h (B, T, F)."""
@@ -465,7 +472,7 @@ def train_eagle(target_name: str, out_dir: str | Path, hot_vocab: int | None = N
                         if evaluate else None)  # (B, T-1) the target's greedy token after x_{j+1}
             f = torch.cat([h[:, :-1, i * C : (i + 1) * C] for i in pick], -1)  # (B, T-1, k C)
             out = []
-            for k, hk in enumerate(unroll(model, target.embed(x[:, 1:]), f, cfg.ttt), 1):
+            for k, hk in enumerate(unroll(model, target.embed(x[:, 1:]), f, positions), 1):
                 lq = model.logits(hk[:, k - 1 :], head).float().log_softmax(-1)  # (B, T-k, N)
                 ce = -(p[:, k - 1 :] * lq).sum(-1).mean()
                 reg = (norm(hk[:, k - 1 :].float()) - norm(f_last[:, k:])).pow(2).mean()
@@ -482,7 +489,8 @@ def train_eagle(target_name: str, out_dir: str | Path, hot_vocab: int | None = N
                 group["lr"] = cfg.lr * (warm if step < cfg.warmup or total is None else 0.1 + 0.9 * decay)
             idx = torch.randint(0, len(data.windows), (cfg.batch_size,), generator=gen)  # (B,)
             with torch.autocast("cpu", dtype=torch.bfloat16):
-                parts = losses(data.windows[idx], data.features[idx])
+                unrolled = cfg.ttt if total is not None and step >= cfg.ttt_from * total else 1
+                parts = losses(data.windows[idx], data.features[idx], unrolled)
             loss = sum(ce + cfg.reg * reg for ce, reg, _ in parts) / len(parts)
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -491,12 +499,13 @@ def train_eagle(target_name: str, out_dir: str | Path, hot_vocab: int | None = N
             step += 1
             if total is None and step == 5:  # the speed of the first steps sets the step count
                 per_step = (time.perf_counter() - t_train) / 5
-                total = max(cfg.warmup + 1, int((budget - (time.perf_counter() - start)) / per_step) + 5)
+                later = cfg.ttt_from + (1 - cfg.ttt_from) * cfg.ttt  # unrolled steps cost ttt times as much
+                total = max(cfg.warmup + 1, int((budget - (time.perf_counter() - start)) / per_step / later) + 5)
                 say(f"{per_step:.2f} s a step: {total} steps")
             if step % cfg.eval_every == 0 or step == total:
                 with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-                    ev = losses(data.heldout, data.heldout_features, evaluate=True)
-                curve.append({"step": step, "seconds": round(time.perf_counter() - start, 1),
+                    ev = losses(data.heldout, data.heldout_features, EVAL_POSITIONS, evaluate=True)
+                curve.append({"step": step, "seconds": round(time.perf_counter() - t_train, 1),
                               "train_loss": round(loss.item(), 4),
                               "heldout_loss": [round(ce.item(), 4) for ce, _, _ in ev],
                               "heldout_greedy_match": [round(m.item(), 4) for _, _, m in ev]})
@@ -509,13 +518,15 @@ def train_eagle(target_name: str, out_dir: str | Path, hot_vocab: int | None = N
             "features": list(head_cfg.features),
             "parameters": sum(p.numel() for p in model.parameters()),
             "windows": len(data.windows), "self_distilled_answers": data.distilled, "tokens": data.windows.numel(),
-            "steps": total, "seconds": round(time.perf_counter() - start, 1), "data_seconds": round(data.seconds, 1),
+            "steps": total, "data_seconds": round(data.seconds, 1),
+            "train_seconds": round(time.perf_counter() - t_train, 1),
+            "seconds": round(data.seconds + time.perf_counter() - t_train, 1),
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
             "heldout_tokens": data.heldout.numel(), "heldout_hot_mass": _hot_mass(target, data, rows, last),
             "curve": curve,
             "python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
         }
-        save_head(model, out_dir, torch.float32, record)
+        save_head(model, out_dir, getattr(torch, cfg.save_dtype), record)
         return record
     finally:
         torch.set_num_threads(old_threads)

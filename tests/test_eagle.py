@@ -3,14 +3,13 @@ from-scratch computation, saved and loaded, and the shipped head drafts better t
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import minispec
 from conftest import random_model
 from minispec.drafts import TreeDraft
 from minispec.eagle import EagleConfig, EagleDraft, EagleModel
 from minispec.kv_cache import KVCache
-from minispec.load import sample_text
+from minispec.load import ASSETS, sample_text
 from minispec.sampling import SamplingParams
 from minispec.speculative import accept_reject
 from minispec.train import unroll
@@ -45,6 +44,7 @@ DRAFTS = {
     "static tree": lambda d: TreeDraft(d, branching=(3, 2, 1)),
     "dynamic tree": lambda d: TreeDraft(d, budget=10, depth=4, topk=3),
 }
+SLOW_TREES = [pytest.param(k, marks=pytest.mark.slow) if k != "chain" else k for k in DRAFTS]
 
 
 # --- greedy: exactly the plain tokens -----------------------------------------------------------
@@ -54,12 +54,12 @@ DRAFTS = {
 def test_greedy_equals_plain_decoding(target, kind, features, hot):
     draft = DRAFTS[kind](EagleDraft(target, random_head(target, features=features, hot_vocab=hot)))
     for prompts in (RAGGED[:1], RAGGED):  # batch 1, then a ragged batch of 4
-        plain = minispec.generate(target, prompts, max_new_tokens=24).tokens
-        for gamma in (1, 4):
-            assert minispec.speculative_generate(target, draft, prompts, gamma=gamma, max_new_tokens=24).tokens == plain
+        plain = minispec.generate(target, prompts, max_new_tokens=16).tokens
+        for gamma in (1, 4) if kind == "chain" else (4,):  # a tree's gamma caps its depth
+            assert minispec.speculative_generate(target, draft, prompts, gamma=gamma, max_new_tokens=16).tokens == plain
 
 
-@pytest.mark.parametrize("kind", DRAFTS)
+@pytest.mark.parametrize("kind", SLOW_TREES)
 def test_shipped_head_greedy_equals_plain_and_accepts(code_pair, kind):
     """On real code the shipped head accepts often, so the equality covers long accepted runs."""
     target, _ = code_pair
@@ -76,7 +76,8 @@ def test_shipped_head_greedy_equals_plain_and_accepts(code_pair, kind):
 def test_plain_steps_between_speculative_ones_stay_exact(target, script):
     draft = EagleDraft(target, random_head(target))
     plain = minispec.generate(target, PROMPTS, max_new_tokens=30).tokens
-    assert minispec.speculative_generate(target, draft, PROMPTS, gamma=Scripted(script), max_new_tokens=30).tokens == plain
+    out = minispec.speculative_generate(target, draft, PROMPTS, gamma=Scripted(script), max_new_tokens=30)
+    assert out.tokens == plain
 
 
 # --- the draft's cache follows the target's ----------------------------------------------------
@@ -107,7 +108,7 @@ class Recording(EagleDraft):
         return run
 
 
-@pytest.mark.parametrize("kind", DRAFTS)
+@pytest.mark.parametrize("kind", SLOW_TREES)
 def test_each_catch_up_equals_a_from_scratch_pass(code_pair, kind):
     """After accepted runs, rejections, tree steps and plain steps, the draft's cache holds exactly what a fresh
     pass over the row's tokens with the target's true features gives (the rollback and re-read are right)."""
@@ -163,6 +164,7 @@ def hot_pair():
     return target, draft, p[cold].sum().item()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("params, gamma", [(SamplingParams(1.0), 3), (SamplingParams(0.8, top_p=0.9), 2)])
 def test_hot_vocabulary_keeps_the_target_distribution(hot_pair, params, gamma):
     target, draft, cold_mass = hot_pair
@@ -188,6 +190,7 @@ def resample_from_p(p, q, x, u, draw):
     return accepted, draw(p.gather(1, accepted.sum(1)[:, None, None].expand(-1, 1, p.shape[-1]))[:, 0])
 
 
+@pytest.mark.slow
 def test_the_hot_vocabulary_distribution_test_can_fail(hot_pair):
     """The same bound catches a wrong accept rule with this draft."""
     target, draft, _ = hot_pair
@@ -256,7 +259,7 @@ def test_bad_heads_and_arguments_are_named(target, tmp_path):
     with pytest.raises(ValueError, match="neither a shipped EAGLE head"):
         EagleDraft.from_pretrained(tmp_path / "nowhere", target)
     with pytest.raises(ValueError, match="not an EAGLE head"):
-        EagleDraft.from_pretrained(minispec.load.ASSETS / "tiny-code-target", target)
+        EagleDraft.from_pretrained(ASSETS / "tiny-code-target", target)
     with pytest.raises(ValueError, match="hot_vocab must be"):
         EagleDraft(target, random_head(target), hot_vocab=65)
     with pytest.raises(ValueError, match="features must be"):
@@ -270,13 +273,13 @@ def test_shipped_heads_load_and_ship_their_weights_only(code_pair):
     target, _ = code_pair
     draft = EagleDraft.from_pretrained("tiny-code-eagle", target)
     assert draft.features == (target.config.num_hidden_layers,)
-    size = (minispec.load.ASSETS / "tiny-code-eagle" / "model.safetensors").stat().st_size
+    size = (ASSETS / "tiny-code-eagle" / "model.safetensors").stat().st_size
     assert size < 4 * (sum(p.numel() for p in draft.model.parameters()) + target.config.vocab_size) + 10_000
 
 
 # --- the shipped head against the shipped small draft model --------------------------------------
 
-def heldout_prompts(n=6, length=64):
+def heldout_prompts(n, length=64):
     """Prompts cut at line starts from the shipped held-out code (no module of it was trained on)."""
     text = sample_text("code")
     starts = [i + 1 for i, c in enumerate(text) if c == ord("\n")][:: len(text) // (n * 40)][:n]
@@ -288,13 +291,13 @@ def test_the_shipped_head_accepts_more_than_the_small_draft_model(code_pair):
     (both give the plain tokens)."""
     target, small = code_pair
     eagle = EagleDraft.from_pretrained("tiny-code-eagle", target)
-    prompts = heldout_prompts()
-    plain = minispec.generate(target, prompts, max_new_tokens=48).tokens
-    runs = {name: minispec.speculative_generate(target, d, prompts, gamma=4, max_new_tokens=48)
+    prompts = heldout_prompts(4)
+    plain = minispec.generate(target, prompts, max_new_tokens=32).tokens
+    runs = {name: minispec.speculative_generate(target, d, prompts, gamma=4, max_new_tokens=32)
             for name, d in (("eagle", eagle), ("small", small))}
     assert all(r.tokens == plain for r in runs.values())
-    a, b = runs["eagle"].stats, runs["small"].stats
-    assert a.acceptance_rate > b.acceptance_rate + 0.05, (a.acceptance_rate, b.acceptance_rate)
+    a, b = runs["eagle"].stats, runs["small"].stats  # when shipped: 0.59 and 0.40, mean lengths 3.35 and 2.61
+    assert a.acceptance_rate > b.acceptance_rate + 0.1, (a.acceptance_rate, b.acceptance_rate)
     assert a.mean_acceptance_length > b.mean_acceptance_length
 
 
@@ -312,4 +315,57 @@ def test_the_shipped_head_agrees_with_the_target_more_than_the_small_draft_teach
         head = (eagle.model.logits(h, eagle.head).argmax(-1) == best).float().mean()
         model = (small(x)[:, 1:].argmax(-1) == best).float().mean()
     assert head > model + 0.05, (head.item(), model.item())
-    assert F.one_hot(best, 256).sum() == best.numel()
+
+
+# --- training ---------------------------------------------------------------------------------------
+
+@pytest.mark.slow
+def test_training_is_seeded_and_writes_a_loadable_head(tmp_path, code_pair):
+    """Two short runs with one seed give the same weights; the head loads and drafts exactly."""
+    from minispec.train import EagleTrainConfig, train_eagle
+
+    cfg = EagleTrainConfig(ttt=2, ttt_from=0.5, eval_every=2)
+    records = [train_eagle("tiny-code-target", tmp_path / name, steps=4, windows=4, threads=1, config=cfg,
+                           progress=False) for name in ("a", "b")]
+    assert records[0]["steps"] == 4 and records[0]["windows"] == 4 and len(records[0]["curve"]) == 2
+    assert len(records[0]["curve"][-1]["heldout_greedy_match"]) == 4  # draft positions 1..4
+    target, _ = code_pair
+    a, b = (EagleDraft.from_pretrained(tmp_path / name, target) for name in ("a", "b"))
+    for k, v in a.model.state_dict().items():
+        assert torch.equal(v, b.model.state_dict()[k]), k
+    plain = minispec.generate(target, RAGGED, max_new_tokens=8).tokens
+    assert minispec.speculative_generate(target, a, RAGGED, gamma=3, max_new_tokens=8).tokens == plain
+
+
+@pytest.mark.parametrize("kw, message", [
+    (dict(minutes=0), "minutes must be"), (dict(steps=0), "steps must be"), (dict(threads=1.5), "threads must be"),
+])
+def test_bad_training_arguments_are_named_before_any_work(tmp_path, kw, message, monkeypatch):
+    from minispec import train
+
+    monkeypatch.setattr(train, "load", lambda *a, **k: pytest.fail("loaded a model before checking the arguments"))
+    with pytest.raises(ValueError, match=message):
+        train.train_eagle("tiny-code-target", tmp_path, **kw)
+
+
+# --- SmolLM2 (skipped where it cannot be fetched) -----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def smollm2():
+    try:
+        return minispec.load("smollm2-135m-instruct")
+    except ValueError as e:
+        pytest.skip(f"SmolLM2-135M-Instruct is not in minispec's cache: {str(e).split(':')[0]}")
+
+
+@pytest.mark.slow
+def test_the_shipped_smollm2_head_is_exact_with_its_hot_and_the_full_vocabulary(smollm2):
+    target, tok = smollm2
+    hot = EagleDraft.from_pretrained("smollm2-135m-eagle", target)
+    full = EagleDraft.from_pretrained("smollm2-135m-eagle", target, hot_vocab=target.config.vocab_size)
+    assert hot.hot_vocab == 8192 and hot.head.shape == (8192, 576) and full.hot is None
+    prompts = [tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
+                                       tokenize=True)["input_ids"] for q in ("What is rain?", "Name a prime number.")]
+    plain = minispec.generate(target, prompts, max_new_tokens=12).tokens
+    for draft in (hot, full, TreeDraft(hot, budget=8, depth=3)):
+        assert minispec.speculative_generate(target, draft, prompts, gamma=3, max_new_tokens=12).tokens == plain
