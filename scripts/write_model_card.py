@@ -74,6 +74,9 @@ AdamW (betas 0.9, 0.95, weight decay 0.1 on matrices), peak learning rate 3e-3 a
 steps, cosine decay to 10 %, gradient clipping at 1.0, seed 0, random windows of the training bytes.
 Reproduce with `minispec train <name> --out DIR [--prose-file kjv.txt]`; each `training.json` records
 the held-out loss every 100 steps, and `--stop-after N` retraces the first N steps of the same run.
+
+The EAGLE heads that ship beside these models (`tiny-code-eagle`, `smollm2-135m-eagle`) have a card of
+their own: [EAGLE.md](EAGLE.md).
 """
     (ASSETS / "README.md").write_text(card)
     return ev
