@@ -11,7 +11,9 @@ gamma+1 positions in one forward pass; x_i is accepted with probability min(1, p
 at a row's first rejection the next token is drawn from norm(max(0, p_i - q_i)); if all gamma
 are accepted a bonus token is drawn from p_{gamma+1}. Each row thus gains n+1 tokens, n its
 own number of accepted tokens, and the tokens have exactly the target's distribution p.
-The target's cache rolls back per row by moving lengths; nothing is copied.
+The target's cache rolls back per row by moving lengths; nothing is copied. A tree of drafts
+(:class:`~minispec.drafts.TreeDraft`) goes through the same step: one pass verifies every node, the
+rule of :mod:`minispec.tree` walks it, and the accepted path's few KV slots move next to the prefix.
 """
 
 from __future__ import annotations
@@ -178,7 +180,7 @@ class _Counts:
         self.at[: ok.shape[1]] += ok.sum(0)
         if rank is not None:
             self.tree = True
-            self.by_rank += torch.zeros_like(self.by_rank).scatter_add_(0, rank[ok], torch.ones_like(rank[ok]))
+            self.by_rank.scatter_add_(0, rank.clamp_min(0).flatten(), ok.flatten().long())  # no host sync
         tested = (torch.minimum(n + 1, offered) * active).sum()  # up to each row's first rejection
         self.tested += tested
         return n.sum(), tested
