@@ -12,7 +12,8 @@ A :class:`Draft` is configuration only; :meth:`Draft.start` reads one call's pro
 
   ModelDraft        a separate, smaller model with its own KV cache (Leviathan et al. 2023)
   LayerSkipDraft    the target's first N layers, then its final norm and LM head: self-speculation
-                    with no new weights, only a KV cache of N layers
+                    with no new weights (after LayerSkip); its own N-layer KV cache, filled by reading
+                    the prompt again, is this package's choice (LayerSkip shares the target's cache)
   PromptLookupDraft the tokens that followed the last n-gram's most recent earlier occurrence in the
                     row's own prompt and output (Saxena 2023; vLLM's "ngram", Hugging Face's
                     prompt_lookup_num_tokens): no model, no memory, c ~ 0
@@ -240,7 +241,8 @@ class _LookupRun(DraftRun):
             latest = torch.where(match, i + n, -1).amax(1)  # (B,) the most recent one's continuation
             start = torch.where(start < 0, latest, start)
         k = torch.where(start < 0, 0, (total - start).clamp(0, gamma))  # (B,) tokens proposed
-        width = int(k.max())  # host sync: verify only up to the longest proposal (0: a plain step)
+        # host sync: verify up to the batch's longest proposal (0: a plain step); vLLM verifies each request's own
+        width = int(k.max())
         j = torch.arange(width, device=seq.device)  # (width,)
         x = seq.gather(1, (start.clamp_min(0)[:, None] + j).clamp_max(S - 1))  # (B, width)
         return Proposal(x, PointMass(j < k[:, None], self.vocab_size))  # (B, width), point masses
@@ -331,7 +333,7 @@ class _TreeRun(DraftRun):
             lo, hi = level.index(d), len(level) - level[::-1].index(d)  # x[:, lo:hi] are the depth-d nodes
             up = parents[0, lo:hi] - first  # (w,) each node's parent among the previous level's
             if u is None:  # greedy: the draft's top-k tokens, point masses
-                top = logits.topk(int(rank[lo:hi].max()) + 1, -1).indices  # (B, P, k)
+                top = logits.topk(max(cfg.ranks[lo:hi]) + 1, -1).indices  # (B, P, k)
                 xs.append(top[:, up, rank[lo:hi]])  # (B, w)
             else:  # i.i.d. from the parent's q (SpecInfer)
                 dist = probabilities(logits, self.sampler.params)[:, up]  # (B, w, V)

@@ -295,7 +295,9 @@ def test_embedded_pair_greedy_batch_8():
     (lambda t: minispec.ModelDraft(random_model(seed=1, layers=1).cuda()), 0),
     (lambda t: minispec.LayerSkipDraft(t, 1), 0),
     (lambda t: minispec.PromptLookupDraft(), 1),  # the one labelled sync: the longest proposal
-], ids=["model", "layerskip", "ngram"])
+    (lambda t: minispec.TreeDraft(random_model(seed=1, layers=1).cuda(), branching=(2, 2)), 0),
+    (lambda t: minispec.TreeDraft(random_model(seed=1, layers=1).cuda(), budget=6, depth=3, topk=2), 0),
+], ids=["model", "layerskip", "ngram", "static-tree", "dynamic-tree"])
 def test_the_step_synchronises_with_the_host_only_where_labelled(make_draft, syncs):
     import warnings
 
