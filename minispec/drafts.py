@@ -241,7 +241,7 @@ class _LookupRun(DraftRun):
             latest = torch.where(match, i + n, -1).amax(1)  # (B,) the most recent one's continuation
             start = torch.where(start < 0, latest, start)
         k = torch.where(start < 0, 0, (total - start).clamp(0, gamma))  # (B,) tokens proposed
-        # host sync: verify up to the batch's longest proposal (0: a plain step); vLLM verifies each request's own
+        # host sync: verify up to the batch's longest proposal (0: a plain step); vLLM: each request's own draft
         width = int(k.max())
         j = torch.arange(width, device=seq.device)  # (width,)
         x = seq.gather(1, (start.clamp_min(0)[:, None] + j).clamp_max(S - 1))  # (B, width)
