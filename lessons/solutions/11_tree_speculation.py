@@ -145,9 +145,9 @@ def exercise_3():
     step = roofline.step_time(1, 1, cpu, target, run["context"])  # the roofline's plain target step here
     print(f"  measured: the tree path costs {1e3 * extra:.1f} ms more per step for the same tokens, "
           f"{extra / step:.0f} modelled target steps ({1e3 * step:.2f} ms each)")
-    assert extra > 3 * step
+    assert extra > step  # the tree path's bookkeeping costs more than a whole modelled target step
     print("  Fixed costs per step (Python, small kernels, the walk over the tree) are what the roofline omits;")
-    print("  on a millisecond-sized model they outweigh the extra tokens a tree brings.")
+    print("  on a millisecond-sized model they eat up the extra tokens a tree brings.")
 
 
 if __name__ == "__main__":
