@@ -52,8 +52,10 @@ def test_domain_shift_gap(figures):
 
 
 def test_shipped_size():
+    # the three byte-level models and two EAGLE heads (the SmolLM2 head, 8.6 MB in bf16, ships because it is under
+    # the 20 MB issue 18 allows); a wheel that grows past this needs a reason
     total = sum(f.stat().st_size for f in ASSETS.rglob("*") if f.is_file())
-    assert total <= 25e6
+    assert total <= 27e6
 
 
 @pytest.mark.slow

@@ -3,7 +3,7 @@
 import math
 import time
 
-from minispec.stats import latency_stats, percentile
+from minispec.stats import Timeline, latency_stats, percentile
 from minispec.timing import PhaseTimer
 
 
@@ -35,7 +35,8 @@ def test_percentile():
 
 def test_latency_stats_per_row():
     # t0 = 0, first token at 1.0 s, steps end at 2, 3, 5; row 0 ends at step 1, row 1 after its first token.
-    lat = latency_stats(0.0, 1.0, [2.0, 3.0, 5.0], [1, 1, 1], row_tokens=[5, 1], row_finish_step=[1, -1])
+    timeline = Timeline(t0=0.0, t_first=1.0, step_ends=[2.0, 3.0, 5.0], step_active=[1, 1, 1])
+    lat = latency_stats(timeline, row_tokens=[5, 1], row_finish_step=[1, -1])
     assert lat["ttft_s"] == 1.0
     assert lat["row_tpot_s"][0] == (3.0 - 1.0) / 4 and math.isnan(lat["row_tpot_s"][1])
     assert lat["itl_p50_s"] == 1.0 and lat["num_steps"] == 3
