@@ -6,6 +6,8 @@ import torch
 from minispec.model import Model, ModelConfig
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never touch the network
+if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n 2: one thread per worker, not two workers fighting for 2 cores
+    torch.set_num_threads(1)
 
 
 def tiny_config(layers=2, hidden=64, heads=4, kv_heads=2, vocab=64, positions=256, **kw) -> ModelConfig:
