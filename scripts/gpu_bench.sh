@@ -11,9 +11,10 @@
 #                             graphs Dynamo compiled, recompiles logged, whether the recompile limit was hit),
 #                             lessons.txt (the same, as a table)
 # The lessons run in four lanes at once, to fit the budget: lane A holds 01 (the lesson that compiles) and 04 (the
-# batch sweep), lanes B and D the other GPU lessons (11, trees; 12, EAGLE heads), lane C those that run on the CPU here (random weights send 05 to
-# the CPU trio; 09 times its 3M-parameter pair on the CPU; 08 runs no model). Their GPU timings share the GPU with the
-# other lanes' work, which the lessons' asserts allow for; the clean step times are gpu_bench.py's, which runs alone.
+# batch sweep), lanes B and D the other GPU lessons (11 trees, 12 EAGLE heads among them), lane C those that run on
+# the CPU here (random weights send 05 to the CPU trio; 09 times its 3M-parameter pair on the CPU; 08 runs no model).
+# Their GPU timings share the GPU with the other lanes' work, which the lessons' asserts allow for; the clean step
+# times are gpu_bench.py's, which runs alone.
 # A lesson the budget cannot reach is recorded as skipped; one cut short keeps its outputs so far.
 # On a machine without a GPU, GPU_BENCH_SMALL=1 GPU_BENCH_BUDGET=240 scripts/gpu_bench.sh /tmp/x runs the same steps
 # with gpu_bench.py --small, to check this script.
