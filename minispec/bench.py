@@ -298,8 +298,14 @@ def format_table(rows: list[dict]) -> str:
             ("TPOT p50 ms", "median_tpot_ms", "{:.1f}"), ("TPOT p99 ms", "p99_tpot_ms", "{:.1f}")]
     cells = [[h for h, _, _ in cols]] + [[f.format(r[k]) if r.get(k) is not None else "-" for _, k, f in cols]
                                          for r in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(cols))]
-    return "\n".join("  ".join(c.rjust(w) for c, w in zip(row, widths)) for row in cells)
+    return text_table(cells)
+
+
+def text_table(cells: list[list[str]], left: int = 0) -> str:
+    """Rows of strings as aligned columns, two spaces apart: the first ``left`` left-justified, the rest right."""
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    return "\n".join("  ".join(c.ljust(w) if j < left else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths)))
+                     for row in cells)
 
 
 # --- from names, as the ``minispec`` commands take them -------------------------------------------

@@ -148,12 +148,6 @@ def hot_mass(target, ranking: torch.Tensor, sequences: list[list[int]], sizes) -
     return mass
 
 
-def table(rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths)))
-                     for r in rows)
-
-
 def rows_of(results: dict) -> list[list[str]]:
     rows = [["batch", "draft", "per-position acceptance", "mean len", "alpha", "c", "tok/s", "speedup",
              "c H100", "speedup H100"]]
@@ -355,16 +349,16 @@ def main(argv=None) -> int:
             "plain tokens/s (median over rounds); c H100 and speedup H100: the roofline on the H100 SXM preset, bf16, "
             "for the measured alpha and the draft's shape (no launch overheads).\n\n"
             f"1. tiny-code-target on {result['code']['prompts']}, {code_tokens} new tokens each\n"
-            + table(rows_of(result["code"]["by_batch"]))
+            + bench.text_table(rows_of(result["code"]["by_batch"]), left=1)
             + f"\n\n2. SmolLM2-135M-Instruct on {len(chats)} held-out chat questions, up to {chat_tokens} new tokens "
-              "each\n" + table(rows_of(result["smollm2"]["by_batch"]))
+              "each\n" + bench.text_table(rows_of(result["smollm2"]["by_batch"]), left=1)
             + "\n\n3. The hot vocabulary's acceptance ceiling on SmolLM2: the target's mean probability mass inside "
               "the N hottest tokens of smollm2-135m-eagle's ranking (teacher-forced; 1024 tokens each of the "
               "shipped held-out prose and code, and the target's own greedy answers above), and the modelled c "
-              "of a one-layer EAGLE head with N rows\n" + table(mass_rows)
+              "of a one-layer EAGLE head with N rows\n" + bench.text_table(mass_rows, left=1)
             + "\n\nThe roofline's c of a one-layer EAGLE head against the vocabulary (H100 SXM, batch 1)\n"
-            + table(vocab_rows)
-            + "\n\nTraining (from each head's training.json)\n" + table(train_rows)
+            + bench.text_table(vocab_rows, left=1)
+            + "\n\nTraining (from each head's training.json)\n" + bench.text_table(train_rows, left=1)
             + f"\n\n{result['seconds']:.0f} s in all\n")
     print(text)
     (out_dir / "eagle.txt").write_text(text)

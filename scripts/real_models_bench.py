@@ -152,12 +152,6 @@ def teacher_forced_agreement(target, prompt: list[int], continuation: list[int],
     return {n: (target(x, num_layers=n)[0, span].argmax(-1) == full).double().mean().item() for n in depths}
 
 
-def table(rows: list[list[str]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(c.rjust(w) if j else c.ljust(w) for j, (c, w) in enumerate(zip(r, widths)))
-                     for r in rows)
-
-
 def pct(x):
     return "-" if x is None else f"{100 * x:.0f} %"
 
@@ -279,11 +273,13 @@ def main(argv=None) -> int:
             "speculative run gave the plain greedy tokens, and transformers gave the same tokens as minispec.\n\n"
             "Speculative decoding against minispec's plain decoding (accept = accepted / proposed draft tokens; "
             "alpha = accepted / tested; mean len = 1 + accepted / drafts; c = draft seconds per drafted token / "
-            "plain decode step; speedup = median over rounds of speculative / plain tokens/s)\n" + table(rows)
+            "plain decode step; speedup = median over rounds of speculative / plain tokens/s)\n"
+            + bench.text_table(rows, left=1)
             + "\n\nminispec against transformers' generate (plain; prompt_lookup_num_tokens=4, "
-              "max_matching_ngram_size=3; assisted, num_assistant_tokens=4 constant)\n" + table(hf_rows)
+              "max_matching_ngram_size=3; assisted, num_assistant_tokens=4 constant)\n"
+            + bench.text_table(hf_rows, left=1)
             + "\n\nLayer skip, teacher-forced: the share of the plain greedy output's positions where the first N "
-              "layers (+ final norm, LM head) give the full model's argmax\n" + table(agree)
+              "layers (+ final norm, LM head) give the full model's argmax\n" + bench.text_table(agree, left=1)
             + f"\n\n{result['seconds']:.0f} s in all\n")
     print(text)
     (out_dir / "real_models.txt").write_text(text)
