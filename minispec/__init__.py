@@ -11,13 +11,19 @@ A tree of drafts verified in one pass: ``minispec.TreeDraft(draft, branching=(4,
 ``minispec.TreeDraft(draft, budget=16, depth=5)`` (EAGLE-2's dynamic tree).
 """
 
-from minispec.decode import GenerationResult, generate
-from minispec.drafts import Draft, LayerSkipDraft, ModelDraft, PromptLookupDraft, TreeDraft
-from minispec.eagle import EagleDraft
-from minispec.grader import grade_accept_rule
-from minispec.hardware import H100_SXM, H200, Hardware
-from minispec.load import EMBEDDED, fetch, load
-from minispec.model import Model, ModelConfig
+from minispec.course.grader import grade_accept_rule
+from minispec.decoding.plain import GenerationResult, generate
+from minispec.decoding.sampling import SamplingParams
+from minispec.decoding.stats import Stats
+from minispec.drafts.base import Draft
+from minispec.drafts.eagle import EagleDraft
+from minispec.drafts.lookup import PromptLookupDraft
+from minispec.drafts.model import LayerSkipDraft, ModelDraft
+from minispec.drafts.tree import TreeDraft
+from minispec.model.config import ModelConfig
+from minispec.model.llama import Model
+from minispec.model.load import EMBEDDED, fetch, load
+from minispec.model.tokenizer import ByteTokenizer
 from minispec.roofline import (
     ModelShape,
     break_even_batch,
@@ -27,10 +33,9 @@ from minispec.roofline import (
     speculative_speedup,
     step_time,
 )
-from minispec.sampling import SamplingParams
-from minispec.speculative import accept_reject, speculative_generate
-from minispec.stats import Stats
-from minispec.tokenizer import ByteTokenizer
+from minispec.roofline.hardware import H100_SXM, H200, Hardware
+from minispec.speculative.loop import speculative_generate
+from minispec.speculative.rule import accept_reject
 
 __all__ = [
     "EMBEDDED", "H100_SXM", "H200", "ByteTokenizer", "Draft", "GenerationResult", "Hardware", "LayerSkipDraft",

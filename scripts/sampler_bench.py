@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from minispec import sampling
+from minispec.decoding import sampling
 
 
 def median_ms(fn, repeats=7, warmup=2):

@@ -41,9 +41,10 @@ from pathlib import Path
 import torch
 
 import minispec
-from minispec import TreeDraft, bench, hardware, roofline
-from minispec.load import sample_text
-from minispec.roofline import ModelShape
+from minispec import TreeDraft, roofline
+from minispec.model.load import sample_text
+from minispec.roofline import ModelShape, hardware
+from minispec.tools import bench
 
 PROMPT_LEN = 64  # tokens per prompt
 MIN_ROWS = 8  # rows decoded per point at every batch (batch 1: eight prompts one after another)

@@ -3,13 +3,13 @@
     PYTHONPATH=. python scripts/write_model_card.py
 
 Every figure is recomputed from the shipped checkpoints and samples by
-:func:`minispec.train.evaluate_embedded`; ``tests/test_embedded.py`` checks the card against it.
+:func:`minispec.tools.train.evaluate_embedded`; ``tests/model/test_embedded.py`` checks the card against it.
 """
 
 import json
 
-from minispec.load import ASSETS
-from minispec.train import PRESETS, evaluate_embedded
+from minispec.model.load import ASSETS
+from minispec.tools.train import PRESETS, evaluate_embedded
 
 
 def write_model_card() -> dict:
@@ -36,7 +36,7 @@ Three byte-level Llama models (vocabulary: the 256 byte values, no special token
 minispec so that the demo, the tests and the lessons run offline. They are written in Hugging Face
 format (config.json + model.safetensors, `LlamaForCausalLM`), so transformers loads them too.
 Every figure below is computed by `scripts/write_model_card.py` from the shipped files;
-`tests/test_embedded.py` recomputes it.
+`tests/model/test_embedded.py` recomputes it.
 
 {header}
 {rows}

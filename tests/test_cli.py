@@ -54,9 +54,9 @@ def test_generate_with_free_drafts(capsys, draft):
 
 
 def test_bench_checks_out_before_any_work(tmp_path, capsys, monkeypatch):
-    import minispec.bench
+    import minispec.tools.bench
 
-    monkeypatch.setattr(minispec.bench, "sweep", lambda *a, **k: pytest.fail("the sweep ran"))
+    monkeypatch.setattr(minispec.tools.bench, "sweep", lambda *a, **k: pytest.fail("the sweep ran"))
     assert main(["bench", "--out", str(tmp_path), "--batches", "1"]) == 2
     assert "is a directory" in capsys.readouterr().err
     monkeypatch.undo()
@@ -70,7 +70,7 @@ def test_bench_checks_out_before_any_work(tmp_path, capsys, monkeypatch):
 def test_generate_applies_the_chat_template_of_a_real_checkpoint(capsys):
     """An instruct model asked a bare question answers its end-of-turn token at once; with the template
     (the default when the tokenizer has one) it answers, and the printed text has no special tokens."""
-    from minispec.load import fetch
+    from minispec.model.load import fetch
 
     try:
         fetch("smollm2")
@@ -110,7 +110,7 @@ def test_device_defaults_agree_across_commands(capsys):
 def test_device_default_is_cuda_when_available(monkeypatch):
     import torch
 
-    from minispec.bench import load_pair
+    from minispec.tools.pair import load_pair
 
     assert load_pair("shape:tiny-draft")[0].device.type == ("cuda" if torch.cuda.is_available() else "cpu")
     if not torch.cuda.is_available():  # pretend there is one: the loader then builds on "cuda", which fails here
@@ -140,7 +140,7 @@ def test_bench_flags_are_checked(capsys):
 
 
 def test_course_build_calls_the_site_builder(tmp_path, monkeypatch, capsys):
-    """``minispec course build --out DIR`` hands DIR to minispec.site.build (faked here: the real one executes
+    """``minispec course build --out DIR`` hands DIR to minispec.course.site.build (faked here: the real one executes
     every lesson) and says where the pages are; a lesson that fails makes it exit 1 with the builder's words."""
     import types
     from pathlib import Path
@@ -156,9 +156,9 @@ def test_course_build_calls_the_site_builder(tmp_path, monkeypatch, capsys):
             raise LessonError("02_speculative_sampling_is_exact.ipynb, cell 16: NotImplementedError")
         return [Path(out_dir) / "index.html", Path(out_dir) / "00_quickstart.html"]
 
-    site = types.ModuleType("minispec.site")
+    site = types.ModuleType("minispec.course.site")
     site.build, site.LessonError = build, LessonError
-    monkeypatch.setitem(sys.modules, "minispec.site", site)
+    monkeypatch.setitem(sys.modules, "minispec.course.site", site)
     assert main(["course", "build", "--out", str(tmp_path)]) == 0
     assert calls == [str(tmp_path)]
     assert capsys.readouterr().out == f"2 pages in {tmp_path}; open {tmp_path / 'index.html'}\n"
@@ -183,10 +183,10 @@ def test_bench_vllm_prints_the_table_vllm_reads(tmp_path, capsys):
 
 
 def test_train_eagle_calls_the_trainer_with_its_flags(tmp_path, monkeypatch, capsys):
-    import minispec.train
+    import minispec.tools.train_eagle
 
     calls = []
-    monkeypatch.setattr(minispec.train, "train_eagle", lambda *a, **k: calls.append((a, k)) or
+    monkeypatch.setattr(minispec.tools.train_eagle, "train_eagle", lambda *a, **k: calls.append((a, k)) or
                         {"steps": 3, "seconds": 60.0})
     assert main(["train", "eagle", "--target", "tiny-code-target", "--hot-vocab", "64", "--minutes", "2",
                  "--out", str(tmp_path / "head"), "--threads", "1"]) == 0

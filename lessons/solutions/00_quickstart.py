@@ -11,8 +11,8 @@ import re
 import torch
 
 import minispec
-from minispec import bench
-from minispec.course import course_models
+from minispec.course.models import course_models
+from minispec.tools import bench
 
 GAMMA, MAX_NEW, N_PROMPTS = 4, 64, 3  # as in the lesson
 

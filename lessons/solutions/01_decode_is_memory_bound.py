@@ -10,9 +10,10 @@ import math
 
 import torch
 
-from minispec import bench, hardware, roofline
-from minispec.course import course_models
-from minispec.roofline import LLAMA_8B, ModelShape
+from minispec import roofline
+from minispec.course.models import course_models
+from minispec.roofline import LLAMA_8B, ModelShape, hardware
+from minispec.tools.steps import measure_step_time
 
 
 def intensity(T, shape=LLAMA_8B):
@@ -32,7 +33,7 @@ def exercise_1():
     if model.device.type == "cpu":
         torch.set_num_threads(1)
     tokens = [1, 8, 64, 256, 512]
-    sweeps = [{T: bench.measure_step_time(model, 1, T, 64, 5) for T in tokens} for _ in range(3)]
+    sweeps = [{T: measure_step_time(model, 1, T, 64, 5) for T in tokens} for _ in range(3)]
     measured = {T: min(s[T] for s in sweeps) for T in tokens}  # other work only adds time: keep the fastest
     hw, shape = hardware.calibrate(str(model.device), model.dtype), ModelShape.from_model(model)
     print(f"  modelled: compute-bound from T = {hw.ridge / intensity(1, shape):.0f} on {hw.name}")

@@ -10,11 +10,11 @@ import math
 import torch
 
 import minispec
-from minispec import grader
-from minispec.course import course_models
-from minispec.grader import step_inputs
-from minispec.sampling import SamplingParams, probabilities
-from minispec.speculative import accept_reject
+from minispec.course import grader
+from minispec.course.grader import step_inputs
+from minispec.course.models import course_models
+from minispec.decoding.sampling import SamplingParams, probabilities
+from minispec.speculative.rule import accept_reject
 
 P = torch.tensor([0.35, 0.25, 0.15, 0.12, 0.08, 0.05])  # (V,) the lesson's hand-made target
 N_TOY = 200_000

@@ -11,8 +11,10 @@ import statistics
 import torch
 
 import minispec
-from minispec import bench, roofline
-from minispec.course import course_models
+from minispec import roofline
+from minispec.course.models import course_models
+from minispec.tools import bench
+from minispec.tools.steps import measure_step_time
 
 GAMMAS, MAX_NEW = (1, 2, 4, 8), 64  # as in the lesson (on a CPU)
 
@@ -52,7 +54,7 @@ def exercise_1(m, prompt):
         print(f"  {name:14s}: alpha {s.alpha_estimate:.3f}, mean acceptance length {s.mean_acceptance_length:.2f}, "
               f"per position {[round(r, 2) for r in s.per_position_acceptance_rates]}")
     alpha_1 = statistics.mean(s.alpha_estimate for s in sampled)
-    c = bench.measure_step_time(draft, 1, 1, repeats=9) / bench.measure_step_time(target, 1, 1, repeats=9)
+    c = measure_step_time(draft, 1, 1, repeats=9) / measure_step_time(target, 1, 1, repeats=9)
     best = {a: max(range(1, 9), key=lambda g, a=a: roofline.leviathan_speedup(a, g, c))
             for a in (greedy.alpha_estimate, alpha_1)}
     print(f"  Leviathan's best gamma with c = {c:.2f}: greedy {best[greedy.alpha_estimate]}, "
@@ -72,13 +74,13 @@ def exercise_2(m, rounds=3):
     print("exercise 2: the verify/decode ratio f_t")
     target, draft = m["target"], m["draft"]
     ts = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16]
-    sweeps = [{t: bench.measure_step_time(target, 1, t, repeats=7) for t in ts} for _ in range(rounds)]
+    sweeps = [{t: measure_step_time(target, 1, t, repeats=7) for t in ts} for _ in range(rounds)]
     best = {t: min(s[t] for s in sweeps) for t in ts}  # other work only adds time: keep the fastest
     f = {t: best[t] / best[1] for t in ts}
     print("  f_t: " + ", ".join(f"{t}: {f[t]:.2f}" for t in ts))
     doubled = next((t for t in ts if f[t] >= 2), None)
     print(f"  a pass costs two plain steps from t = {doubled}" if doubled else "  f_t stays under 2 up to t = 16")
-    c = min(bench.measure_step_time(draft, 1, 1, repeats=7) for _ in range(rounds)) / best[1]
+    c = min(measure_step_time(draft, 1, 1, repeats=7) for _ in range(rounds)) / best[1]
     alpha = 0.8  # about the greedy alpha of lesson 03
     model = {t - 1: roofline.expected_tokens(alpha, t - 1) / ((t - 1) * c + f[t]) for t in ts[1:]}  # gamma = t - 1
     print(f"  with c = {c:.3f} and alpha = {alpha}: E / (gamma c + f_(gamma+1)) is best at gamma "

@@ -9,8 +9,11 @@ import random
 
 import torch
 
-from minispec import bench, hardware, plots, roofline, speculative_generate
-from minispec.course import course_models
+from minispec import roofline, speculative_generate
+from minispec.course import plots
+from minispec.course.models import course_models
+from minispec.roofline import hardware
+from minispec.tools import bench
 
 
 def exercise_1():

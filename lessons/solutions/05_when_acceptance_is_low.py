@@ -8,9 +8,9 @@ import torch
 
 import minispec
 from minispec import roofline
-from minispec.course import course_models
-from minispec.load import sample_text
-from minispec.train import teacher_forced_acceptance
+from minispec.course.models import course_models
+from minispec.model.load import sample_text
+from minispec.tools.train import teacher_forced_acceptance
 
 
 def exercise_1():

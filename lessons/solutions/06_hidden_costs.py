@@ -7,8 +7,9 @@ Every number a solution claims is asserted; nothing compares two wall-clock time
 import torch
 
 import minispec
-from minispec import H100_SXM, bench, roofline
-from minispec.course import course_models
+from minispec import H100_SXM, roofline
+from minispec.course.models import course_models
+from minispec.tools import bench
 
 T8B, D1B, GAMMA = roofline.LLAMA_8B, roofline.LLAMA_1B, 4
 MAX_NUM_SEQS = 1024  # vLLM's default max_num_seqs on a GPU of >= 70 GiB that is not an A100 (as in the lesson)

@@ -7,7 +7,7 @@ Every number a solution claims is asserted; everything here is the roofline mode
 from dataclasses import dataclass
 
 from minispec import roofline
-from minispec.policy import GammaPolicy, RooflinePolicy
+from minispec.roofline.policy import GammaPolicy, RooflinePolicy
 
 
 def next_token_pays(alpha: float, gamma: int, c: float) -> bool:

@@ -6,8 +6,8 @@ Every number a solution claims is asserted; everything here is the roofline mode
 
 import math
 
-from minispec import hardware, roofline, serving
-from minispec.roofline import ModelShape, MoE
+from minispec import roofline, serving
+from minispec.roofline import ModelShape, MoE, hardware
 
 
 def exercise_1():

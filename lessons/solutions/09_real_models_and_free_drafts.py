@@ -12,7 +12,9 @@ import torch
 import torch.nn.functional as F
 
 import minispec
-from minispec import bench, hardware, roofline
+from minispec import roofline
+from minispec.roofline import hardware
+from minispec.tools.steps import measure_step_time
 
 GAMMA, NEW_TOKENS, CONTEXT = 4, 32, 0  # as in the lesson (CONTEXT: KV tokens per row in the roofline)
 H100 = hardware.H100_SXM
@@ -160,8 +162,8 @@ def exercise_1b(model, prompts, outputs):
         print(f"  H100, batch {B}: always verify {always:.2f}x, plain step when empty {skip:.2f}x")
     assert abs(gpu[1][1] / gpu[1][0] - 1) < 0.01  # batch 1: a 5-token step costs what a 1-token step costs
     assert gpu[256][1] / gpu[256][0] > 1.5 and gpu[256][0] < 0.5  # compute-bound: empty verification costs ~5x
-    t1 = bench.measure_step_time(model, 1, 1, len(prompts["free"]) + NEW_TOKENS)
-    tv = bench.measure_step_time(model, 1, GAMMA + 1, len(prompts["free"]) + NEW_TOKENS)
+    t1 = measure_step_time(model, 1, 1, len(prompts["free"]) + NEW_TOKENS)
+    tv = measure_step_time(model, 1, GAMMA + 1, len(prompts["free"]) + NEW_TOKENS)
     always, skip = speedups(t1, tv)
     print(f"  this CPU (a {GAMMA + 1}-token step {tv / t1:.2f}x a 1-token step): always verify {always:.2f}x, "
           f"plain step when empty {skip:.2f}x")

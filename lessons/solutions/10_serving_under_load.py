@@ -10,8 +10,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from minispec import hardware, roofline, serving
-from minispec.roofline import LLAMA_1B, LLAMA_8B
+from minispec import roofline, serving
+from minispec.roofline import LLAMA_1B, LLAMA_8B, hardware
 
 WORKLOAD = serving.Workload(duration_s=25)  # the lesson's traffic: 128-token prompts, 512..1536 output tokens
 FULL = serving.RooflineSteps(draft=LLAMA_1B)  # 8B target, 1B draft with its full KV, every KV read counted

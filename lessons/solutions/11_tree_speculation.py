@@ -14,8 +14,10 @@ from pathlib import Path
 import torch
 
 import minispec
-from minispec import TreeDraft, bench, hardware, roofline
-from minispec.course import course_models
+from minispec import TreeDraft, roofline
+from minispec.course.models import course_models
+from minispec.roofline import hardware
+from minispec.tools import bench
 
 RESULTS = Path(__file__).resolve().parents[2] / "results" / "cpu" / "trees.jsonl"  # scripts/tree_bench.py's output
 

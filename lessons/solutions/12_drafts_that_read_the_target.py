@@ -13,10 +13,12 @@ import tempfile
 import torch
 
 import minispec
-from minispec import EagleDraft, hardware, roofline
-from minispec.kv_cache import KVCache
-from minispec.load import ASSETS, sample_text
-from minispec.train import code_files, train_eagle
+from minispec import EagleDraft, roofline
+from minispec.model.kv_cache import KVCache
+from minispec.model.load import ASSETS, sample_text
+from minispec.roofline import hardware
+from minispec.tools.train import code_files
+from minispec.tools.train_eagle import train_eagle
 
 GAMMA, NEW = 4, 64  # the lesson's draft length and new tokens per prompt
 

@@ -1,0 +1,236 @@
+"""The interview drill: each question folded with a lesson link, and every number in it computed here or cited.
+
+A number the drill computes is recomputed below with minispec's own functions and must appear, formatted as the
+drill writes it, in that question's block; every other decimal number in a block must be one the question gives
+or one cited to a source named in the same block. So the drill cannot drift from the code, and a number with no
+source cannot slip in.
+"""
+
+import functools
+import json
+import math
+import re
+from pathlib import Path
+
+from minispec import roofline as r
+from minispec.model.load import ASSETS
+from minispec.roofline.hardware import H100_SXM, H200, Hardware
+
+LESSONS = Path(__file__).parents[2] / "lessons"
+DRILL = LESSONS / "interview_drill.md"
+CARD = json.loads((ASSETS / "evaluation.json").read_text())["acceptance"]  # the embedded pair's model card
+
+# Public config.json files (Hugging Face): HuggingFaceTB/SmolLM2-135M-Instruct and SmolLM2-1.7B-Instruct.
+SMOL_135M = dict(architectures=["LlamaForCausalLM"], hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                 num_attention_heads=9, num_key_value_heads=3, head_dim=64, vocab_size=49152,
+                 tie_word_embeddings=True, max_position_embeddings=8192, rms_norm_eps=1e-5, rope_theta=100000)
+SMOL_1_7B = dict(SMOL_135M, hidden_size=2048, intermediate_size=8192, num_hidden_layers=24, num_attention_heads=32,
+                 num_key_value_heads=32, rope_theta=130000)
+# meta-llama/Meta-Llama-3-8B: hidden 4096, FFN 14336, 8 KV heads of 128, vocabulary 128,256. An EAGLE-1 head is
+# one decoder layer, the layer fusing feature and embedding (2 hidden -> hidden) and the LM head.
+H, FF, KV, VOCAB, HOT = 4096, 14336, 8 * 128, 128256, 32000
+EAGLE_LAYER = 2 * H * H + 2 * H * KV + 3 * H * FF + 2 * H + 2 * H * H  # attention, MLP, 2 norms, fusing layer
+TP4 = Hardware("4x H100 SXM", 4 * H100_SXM.memory_bandwidth, 4 * H100_SXM.peak_flops, 4 * H100_SXM.memory_bytes)
+
+
+def n(value, spec=".2f") -> str:
+    return format(value, spec)
+
+
+@functools.cache
+def computed() -> dict[int, list[str]]:
+    """Question -> the numbers its answer derives, recomputed with minispec and formatted as the drill prints them."""
+    E, lev = r.expected_tokens(0.8, 4), r.leviathan_speedup
+    rates = [0.8 ** i for i in range(1, 5)]  # per-position acceptance, i.i.d. alpha 0.8
+    p, q = (0.6, 0.3, 0.1), (0.3, 0.3, 0.4)
+    beta = sum(map(min, p, q))
+    wrong = [min(a, b) + (1 - beta) * a for a, b in zip(p, q)]  # resampled from p after a rejection
+    code, prose = CARD["tiny-code-draft"]["code"], CARD["tiny-prose-draft"]["code"]
+    g_prose, g_code = r.best_gamma(1, prose["greedy_match"]), r.best_gamma(1, code["greedy_match"])
+    ridge = H100_SXM.ridge
+    c1b = r.modelled_draft_cost(1, r.LLAMA_1B)
+    weights_only = r.max_batch(H100_SXM, r.LLAMA_8B, 4096, r.ModelShape(r.LLAMA_1B.params, 2))
+    full, with_1b = r.max_batch(H100_SXM, r.LLAMA_8B, 4096), r.max_batch(H100_SXM, r.LLAMA_8B, 4096, r.LLAMA_1B)
+    s135, s17 = r.ModelShape.from_config(SMOL_135M), r.ModelShape.from_config(SMOL_1_7B)
+    c_smol = r.modelled_draft_cost(1, s135, model=s17)
+    eagle = r.ModelShape.from_params(EAGLE_LAYER + VOCAB * H)
+    hot = r.ModelShape.from_params(EAGLE_LAYER + HOT * H)
+    E2, E4 = 1 + 0.84 + 0.60, 1 + 0.84 + 0.60 + 0.39 + 0.27  # a reported per-position profile (question 23)
+    k_speedup = lambda B, Ek, K: Ek * r.step_time(B, 1) / (r.step_time(B, K + 1) + K * 0.05 * r.step_time(B, 1))
+    k2_wins = next(B for B in range(1, 1000) if k_speedup(B, E2, 2) > k_speedup(B, E4, 4))
+    lo, hi = 0, 4096  # the least context (tokens per row) from which gamma 4 never breaks even, by bisection
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (lo, mid) if r.break_even_batch(context=mid) == math.inf else (mid, hi)
+    never = hi
+    w4 = r.quantized(r.LLAMA_8B, 4)
+    mix = r.MIXTRAL_8X7B
+    c_tp = r.step_time(1, 1, H100_SXM, r.LLAMA_1B) / r.step_time(1, 1, TP4)
+    g_tp = r.best_gamma(1, draft_cost=c_tp)
+    chat = dict(context=192, draft=r.LLAMA_1B)  # short chat, a Llama-3.2-1B draft with its own KV (questions 32-33)
+    t256, s256 = r.step_time(256, context=192), r.speculative_step_time(256, **chat)
+    tree16 = r.tree_speedup_table([16])[0]  # the best tree at batch 16 (question 26)
+    trees = r.tree_speedup_table(range(1, 300))
+    tree_falls_back = (next(x["batch"] for x in trees if x["chain"]),  # a chain from, plain decoding from
+                       next(x["batch"] for x in trees if not x["budget"]))
+    table = r.vllm_speculative_config()["num_speculative_tokens_per_batch_size"]
+    return {
+        1: [n(beta, ".1f"), n(1 - beta, ".1f"), n(min(p[0], q[0]) + (1 - beta) * 1, ".1f")],
+        2: [*(n(x, "g") for x in rates[1:]), n(E)],
+        3: [n(1 + 4 * 0.05, ".1f"), n(lev(0.8, 4, 0.05)), n(E)],
+        4: [*(n(x, "g") for x in rates[1:]), n(sum(rates)), n(sum(rates) / 4), n(1 + sum(rates))],
+        5: [*(n(x) for x in wrong), n(0.5 * sum(abs(a - b) for a, b in zip(wrong, p)))],
+        6: [n(code["greedy_match"]), n(code["overlap"])],
+        7: [n(prose["greedy_match"]), n(code["greedy_match"]), n(prose["overlap"]), n(code["overlap"]),
+            n(lev(prose["greedy_match"], 4, 0.05)), str(g_prose), n(r.speculative_speedup(1, prose["greedy_match"],
+                                                                                      g_prose)),
+            str(g_code), n(r.speculative_speedup(1, code["greedy_match"], g_code))],
+        8: [n(ridge, ".0f"), n(r.LLAMA_8B.weight_bytes / 1e9, ".0f"), n(1e3 * r.step_time(1))],
+        9: [n(r.compute_bound_batch(), ".0f"), n(E - 4 * 0.05), n(4 * 0.05), n(r.break_even_batch(), ".0f"),
+            *(n(r.speculative_speedup(B)) for B in (32, 64, 128, 256))],
+        10: [n(H200.ridge, ".0f"), n(r.compute_bound_batch(hardware=H200), ".0f"),
+             n(r.break_even_batch(hardware=H200), ".0f")],
+        11: [str(r.best_gamma(1, a, gamma_max=32)) for a in (0.6, 0.8, 0.9)]
+        + [str(r.best_gamma(1, 0.8, 32, c)) for c in (0.25, 0.01)] + [str(r.best_gamma(64))],
+        12: [n((4 + 1) / E), n(4 / E), n(r.compute_bound_batch(), ".0f")],
+        13: [n(r.LLAMA_1B.params / r.LLAMA_8B.params * 100, ".1f")],
+        14: [n(r.expected_tokens(0.3, 4)), n(r.speculative_speedup(1, 0.3)), n(r.speculative_speedup(1, 0.3, 4, 0.25))],
+        15: [n(c1b, ".3f"), n(r.speculative_speedup(1, draft=r.LLAMA_1B))],
+        16: [str(full), str(with_1b), str(full - weights_only), str(weights_only), str(weights_only - with_1b),
+             str(r.max_batch(H100_SXM, r.LLAMA_8B, 4096, r.LLAMA_1B, draft_kv_window=512))],
+        17: [n(r.speculative_speedup(1, 0, 4, 0)), n(r.step_time(64, 5) / r.step_time(64, 1)),
+             n(r.speculative_speedup(64, 0, 4, 0))],
+        18: [n(100 * 49152 * 576 / s135.params, ".0f")],
+        19: [n(c_smol, ".3f"), n(100 * c_smol, ".0f"), n(r.speculative_speedup(1, model=s17, draft=s135)),
+             str(SMOL_135M["num_hidden_layers"]), str(SMOL_1_7B["num_hidden_layers"])],
+        20: [n(EAGLE_LAYER / 1e6, ".0f"), n(VOCAB * H / 1e6, ".0f"), n(100 * VOCAB * H / eagle.params, ".0f"),
+             n(r.modelled_draft_cost(1, eagle), ".3f"), n(r.modelled_draft_cost(1, hot), ".3f")],
+        21: [n(100 * (1 - HOT / VOCAB), ".0f")],
+        22: [n(r.expected_tokens(0.85, 1)), n(r.expected_tokens(0.9, 1))],
+        23: [n(E2), n(E4), n(E4 - E2), n(k_speedup(1, E4, 4)), n(k_speedup(1, E2, 2)),
+             n((E4 - E2) / (4 * E2 - 2 * E4), ".3f"), str(k2_wins)],
+        24: [n(r.compute_bound_batch(), ".0f"), *(n(r.compute_bound_batch(gamma=T - 1), ".1f") for T in (32, 64)),
+             n(r.step_time(64, 32) / r.step_time(64, 1))],
+        25: [n(0.3 / 0.5, ".1f"), n(0.2 / 0.5, ".1f"), n(0.5 + 0.5 * 0.3 / 0.5, ".1f")],
+        26: [n(r.step_time(16, 32) / r.step_time(16, 1)), n(tree16["tokens_per_step"]), n(tree16["speedup"]),
+             *map(str, r.sglang_eagle_args(tree16["tree"]).values()), *map(str, tree_falls_back)],
+        27: [n(r.speculative_speedup(256, context=4096)), n(r.speculative_speedup(256)), str(never), str(full),
+             *(n(r.speculative_speedup(B, context=4096, draft=r.LLAMA_1B)) for B in (1, 64)),
+             *(n(r.speculative_speedup(B, context=4096, draft=r.LLAMA_1B, draft_kv_window=512)) for B in (1, 64))],
+        28: [n(r.break_even_batch(context=640, draft=r.LLAMA_1B), ".0f"),
+             n(r.break_even_batch(context=640, draft=r.LLAMA_1B), ".1f"), n(r.break_even_batch(), ".0f"),
+             str(r.max_batch(H100_SXM, r.LLAMA_8B, 640, r.LLAMA_1B)), n(r.LLAMA_1B.kv_bytes_per_token, ",.0f"),
+             n(r.LLAMA_8B.kv_bytes_per_token, ",.0f")],
+        29: [n(r.compute_bound_batch(model=w4), ".1f"), n(r.break_even_batch(model=w4), ".0f"),
+             n(0.05 * r.step_time(1) / r.step_time(1, model=w4), ".1f"), n(r.leviathan_speedup(0.8, 4, 0.2)),
+             n(r.break_even_batch(model=w4, draft_cost=0.2), ".0f"),
+             n(r.modelled_draft_cost(1, r.LLAMA_1B, model=w4)),
+             n(r.speculative_speedup(1, model=w4, draft=r.LLAMA_1B))],
+        30: [n(mix.moe.experts_touched(5), ".1f"), n(mix.weight_bytes_read(5) / mix.weight_bytes_read(1), ".1f"),
+             n(r.speculative_speedup(1, model=mix)), n(r.speculative_speedup(16, model=mix))],
+        31: [n(r.compute_bound_batch(hardware=TP4), ".0f"), n(r.break_even_batch(hardware=TP4), ".0f"),
+             n(1e3 * r.step_time(1, 1, TP4)), n(c_tp), n(r.leviathan_speedup(0.8, 4, c_tp)), str(g_tp),
+             n(r.leviathan_speedup(0.8, g_tp, c_tp))],
+        32: [n(r.speculative_speedup(1, draft=r.LLAMA_1B)), n(r.break_even_batch(**chat), ".0f"), n(1e3 * t256),
+             n(256 / t256, ",.0f"), n(1e3 * s256), n(256 * E / s256, ",.0f"), n(r.speculative_speedup(256, **chat)),
+             n(270 * 128, ",.0f")],
+        33: [n(1e3 * s256), n(1e3 * s256 / E), n(100 * (1e3 * s256 / E - 8) / 8, ".0f"), n(1e3 * t256)],
+        34: [f"{K} up to batch {end}" if start == 1 else f"{K} from {start}" for start, end, K in table
+             if K in (8, 4, 1, 0)] + [f"{start} to {end}" for start, end, K in table if K in (4, 1)],
+        35: [n(1000 * (E - 1), ",.0f"), n(1000 * (E - 1) / 4000), n(1 + (E - 1))],
+        36: [n(E)],
+    }
+
+
+# Numbers the question itself sets (inputs), and numbers cited to a source named in the same block.
+GIVEN = {1: {"0.6", "0.3", "0.1", "0.4"}, 2: {"0.8"}, 3: {"0.05"}, 4: {"0.59", "0.8"}, 5: {"0.6", "0.3", "0.1",
+         "0.4"}, 7: {"0.05"}, 8: {"3.35"}, 10: {"4.8"}, 11: {"0.05", "0.6", "0.8", "0.9", "0.25", "0.01"},
+         13: {"1.24"}, 14: {"0.3", "0.25"}, 15: {"0.05", "1.24", "0.155"}, 20: set(), 23: {"0.84", "0.60", "0.39",
+         "0.27", "0.05"}, 25: {"0.5", "0.3", "0.2"}, 27: {"0.05"}, 28: {"0.05"}, 29: {"0.05"}, 31: set(), 32: {"2.8"},
+         33: {"6.5", "8.5"}, 35: {"1.0"}}
+CITED = {17: {"2.8": "vLLM blog", "1.59": "Spec-Bench", "2.43": "Spec-Bench"},
+         20: {"2.29": "Spec-Bench", "3.61": "Spec-Bench"},
+         22: {"1.8": "arXiv 2412.19437", "0.85": "arXiv 2412.19437"},
+         24: {"3.05": "arXiv 2406.16858", "4.26": "arXiv 2406.16858", "4.04": "arXiv 2402.12374"},
+         32: {"1.5": "vLLM blog", "1.4": "vLLM blog"}}
+# The reference setting (roofline's defaults, allowed anywhere) and its two headline results, E and the batch-1
+# speedup, which many answers start from (computed here, required where computed() lists them).
+REFERENCE = {n(H100_SXM.memory_bandwidth / 1e12), n(H100_SXM.peak_flops / 1e12, ".0f"), "0.8", "0.05",
+             n(r.expected_tokens(0.8, 4)), n(r.speculative_speedup(1))}
+
+
+def blocks(text: str) -> tuple[str, dict[int, str]]:
+    """The introduction, and question number -> its block (question and answer)."""
+    parts = re.split(r"^### (\d+)\. ", text, flags=re.M)
+    return parts[0], {int(num): body for num, body in zip(parts[1::2], parts[2::2])}
+
+
+def found(number: str, block: str) -> bool:
+    """``number`` appears in ``block`` as a whole number, not inside a longer one."""
+    return re.search(rf"(?<![\d.,]){re.escape(number)}(?!\d|[.,]\d)", block) is not None
+
+
+def decimals(block: str) -> set[str]:
+    """Every number with a decimal point; arXiv ids, section numbers, 1e12-style constants and model names
+    (Llama-3.2-1B, 1.24B) left out."""
+    block = re.sub(r"arXiv\s+\d{4}\.\d{4,5}|§[\d.]+|\d+(\.\d+)?e\d+|\S*-\d+\.\d[\w.-]*|\d+(\.\d+)?B\b", "", block)
+    return set(re.findall(r"(?<![\d.])\d+\.\d+(?![\d.]*\d)", block))
+
+
+def problems(text: str) -> list[str]:
+    """What is wrong with a drill: structure, links, numbers not recomputed, numbers without a source."""
+    intro, qs = blocks(text)
+    out = [f"introduction: {x} is not a reference figure" for x in sorted(decimals(intro) - REFERENCE)]
+    if sorted(qs) != list(range(1, len(qs) + 1)):
+        out.append(f"questions are not numbered 1..{len(qs)}: {sorted(qs)}")
+    numbers = computed()
+    for i, block in qs.items():
+        if not re.search(r"<details><summary>Answer</summary>\n\n.+</details>", block, re.S):
+            out.append(f"question {i}: no folded answer (<details><summary>Answer</summary>, a blank line, </details>)")
+        links = re.findall(r"\]\((\d\d_[\w]+\.ipynb)\)", block)
+        if not links:
+            out.append(f"question {i}: no link to the lesson that derives it")
+        out += [f"question {i}: links to {x}, which does not exist" for x in links
+                if not (LESSONS / x).is_file()]
+        mine = numbers.get(i, [])
+        out += [f"question {i}: {x} (computed by minispec) is not in the answer" for x in mine if not found(x, block)]
+        cited = CITED.get(i, {})
+        out += [f"question {i}: {x} is cited to {src!r}, which the answer does not name" for x, src in cited.items()
+                if src not in " ".join(block.split())]
+        unknown = decimals(block) - set(mine) - set(cited) - GIVEN.get(i, set()) - REFERENCE
+        out += [f"question {i}: {x} is neither computed, given nor cited" for x in sorted(unknown)]
+    return out
+
+
+def test_the_drill_is_consistent_with_the_code():
+    assert problems(DRILL.read_text()) == []
+
+
+def test_at_least_25_questions_covering_the_topics():
+    text = DRILL.read_text()
+    assert len(blocks(text)[1]) >= 25
+    for topic in ("tree", "EAGLE", "MTP", "context", "Mixtral", "W4A16", "tensor parallelism", "SLO", "vLLM"):
+        assert topic in text, topic
+
+
+def test_the_check_catches_a_drifted_number_an_unsourced_one_and_a_broken_link():
+    text = DRILL.read_text()
+    _, qs = blocks(text)
+    drifted = text.replace(qs[9], qs[9].replace("= 187 rows", "= 188 rows"))
+    assert any("question 9: 187 (computed" in p for p in problems(drifted))
+    unsourced = text.replace(qs[3], qs[3].replace("2.80x", "2.80x (2.97x on a good day)"))
+    assert "question 3: 2.97 is neither computed, given nor cited" in problems(unsourced)
+    uncited = text.replace(qs[20], qs[20].replace("Spec-Bench measured", "A benchmark measured"))
+    assert any("question 20: 3.61 is cited to 'Spec-Bench'" in p for p in problems(uncited))
+    unlinked = text.replace(qs[4], qs[4].replace("(00_quickstart.ipynb)", "(00_quickstart_old.ipynb)"))
+    assert "question 4: links to 00_quickstart_old.ipynb, which does not exist" in problems(unlinked)
+    unfolded = text.replace(qs[5], qs[5].replace("<details><summary>Answer</summary>", "**Answer**"))
+    assert any(p.startswith("question 5: no folded answer") for p in problems(unfolded))
+
+
+def test_found_reads_whole_numbers_only():
+    assert found("59", "at 59 rows") and found("2.80", "2.80x") and found("53,600", "53,600 tokens/s")
+    assert not found("59", "0.59") and not found("2.8", "2.80x") and not found("600", "53,600")
+    assert decimals("arXiv\n2406.16858, §5.4.3, 3.35e12, Llama-3.2-1B, SmolLM2-1.7B, a 1.24B draft, 0.8 and 3.36x, "
+                    "5.5.") == {"0.8", "3.36", "5.5"}
+    assert found("0.6", "is 0.6, exactly") and found("8", "wants 8, and")

@@ -1,0 +1,88 @@
+"""The GPU check's code paths, run on a CPU: gpu_bench.py --small, the lesson runner, gpu_bench.sh's lanes."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+
+
+@pytest.mark.slow
+def test_gpu_bench_small_runs_on_the_cpu(tmp_path):
+    run = subprocess.run([sys.executable, "scripts/gpu_bench.py", "--out", str(tmp_path), "--small"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["target"] == "tiny" and set(summary["measured_speedup_by_batch"]) == {"1", "2", "4"}
+    rows = [json.loads(line) for line in (tmp_path / "sweep.jsonl").read_text().splitlines()]
+    assert [r["batch_size"] for r in rows] == [1, 2, 4] and all(r["synthetic"] for r in rows)
+    assert (tmp_path / "speedup_vs_batch.png").stat().st_size > 0
+    compiled = json.loads((tmp_path / "compile.json").read_text())  # a budget of 2 shapes: 2 compiled, 1 refused
+    assert compiled["graphs"] == 2 and compiled["third_shape"].startswith("refused") and summary["compile"] == compiled
+
+
+def _notebook(path, *cells):
+    nbformat = pytest.importorskip("nbformat")
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(c) for c in cells]
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.slow
+def test_the_lesson_runner_counts_compiles_and_keeps_what_a_failed_or_cut_lesson_had(tmp_path):
+    """Three notebooks: one compiles two shapes (Dynamo's eager backend), one fails, one outruns its time."""
+    pytest.importorskip("nbclient")
+    compiles = _notebook(tmp_path / "compiles.ipynb",
+                         "from minispec.model.random import random_model\n"
+                         "from minispec.tools.steps import measure_step_time",
+                         "m = random_model('tiny-draft').compile(mode=None, backend='eager', recompile_limit=2)\n"
+                         "for T in (1, 2):\n    measure_step_time(m, 1, T, context=8, repeats=1)")
+    fails = _notebook(tmp_path / "fails.ipynb", "print('before')", "assert 1 == 2, 'wrong'", "print('never')")
+    slow = _notebook(tmp_path / "slow.ipynb", "print('started')", "import time\ntime.sleep(120)")
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "scripts/gpu_bench.py", "--out", str(out), "--lesson-timeout", "20",
+                          "--lessons", str(compiles), str(fails), str(slow), str(tmp_path / "missing.ipynb")],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "TORCH_LOGS": "recompiles"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    rows = {r["lesson"]: r for r in map(json.loads, (out / "lessons.jsonl").read_text().splitlines())}
+    assert rows["compiles"]["status"] == "ok" and rows["compiles"]["graphs_compiled"] == 2
+    assert rows["compiles"]["recompiles_logged"] == 1 and not rows["compiles"]["recompile_limit_hit"]
+    assert rows["fails"]["status"] == "failed" and "wrong" in rows["fails"]["error"]
+    assert rows["slow"]["status"] == "timeout" and rows["slow"]["seconds"] < 60
+    assert rows["missing"]["status"] == "failed" and "No such file" in rows["missing"]["error"]
+    saved = {name: (out / f"{name}.ipynb").read_text() for name in ("fails", "slow")}
+    assert "before" in saved["fails"] and "never" not in json.dumps(json.loads(saved["fails"])["cells"][2]["outputs"])
+    assert "started" in saved["slow"]  # the outputs a cut lesson had are kept
+
+
+def test_gpu_bench_sh_runs_every_lesson_once():
+    """A lesson left out of the lanes would never run on the GPU; one in two lanes would run twice at once."""
+    script = (ROOT / "scripts" / "gpu_bench.sh").read_text()
+    assert subprocess.run(["bash", "-n", str(ROOT / "scripts" / "gpu_bench.sh")]).returncode == 0
+    assert "TORCH_LOGS=recompiles" in script
+    laned = re.findall(r"lessons/(\d\d)_\*\.ipynb", "".join(re.findall(r"^  lane [a-z] .*$", script, re.M)))
+    assert sorted(laned) == sorted(p.name[:2] for p in (ROOT / "lessons").glob("*.ipynb"))
+
+
+SOLUTIONS = sorted((ROOT / "lessons" / "solutions").glob("*.py"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", SOLUTIONS, ids=[p.stem for p in SOLUTIONS])
+def test_lesson_solution_runs(path):
+    """Every exercise solution runs from the repository root and its asserts hold."""
+    run = subprocess.run([sys.executable, str(path.relative_to(ROOT))], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"})
+    assert run.returncode == 0, (run.stdout[-1500:], run.stderr[-3000:])
+
+
+def test_every_lesson_has_a_solution_file():
+    lessons = {p.stem for p in (ROOT / "lessons").glob("*.ipynb")}
+    assert lessons and lessons == {p.stem for p in SOLUTIONS}
