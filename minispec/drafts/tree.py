@@ -155,8 +155,10 @@ class _TreeRun(DraftRun):
         return self._select(scores, toks, parents, fed, depth)
 
     def _select(self, scores, toks, parents, fed, depth):
-        """The ``budget`` candidates of highest cumulative log q (the shallower on a tie, so a node never
-        outranks its parent), renumbered in depth order so parents come before children."""
+        """The ``budget`` candidates of highest cumulative log q, renumbered in depth order so parents come before
+        children. A child's score is its parent's plus a log q <= 0, so never above it; candidates are listed level
+        by level, so a stable sort puts a parent before a child that ties with it: every chosen node's ancestors
+        are chosen, at any score magnitude (a tie-break added to the score is lost in float32 once |score| >= 16)."""
         sizes = [s.shape[1] for s in scores]
         start = [sum(sizes[:i]) for i in range(len(sizes))]
         score = torch.cat(scores, 1)  # (B, N) every candidate
@@ -164,7 +166,7 @@ class _TreeRun(DraftRun):
         up = torch.cat([torch.where(p >= 0, p + start[max(i - 1, 0)], -1) for i, p in enumerate(parents)], 1)  # (B, N)
         B, N = score.shape
         T = min(self.cfg.budget, N)
-        chosen = (score - 1e-6 * level).topk(T, -1).indices  # (B, T)
+        chosen = score.sort(dim=-1, descending=True, stable=True).indices[:, :T]  # (B, T) ties: the earlier level
         chosen = chosen.gather(1, (level.gather(1, chosen) * N + chosen).sort(-1).indices)  # (B, T) in depth order
         node = torch.zeros_like(level).scatter(1, chosen, torch.arange(1, T + 1, device=score.device).expand(B, T))
         up = up.gather(1, chosen)  # (B, T) the parent's candidate id, -1: the root
