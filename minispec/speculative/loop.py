@@ -117,6 +117,9 @@ def speculative_generate(target: Model, draft, prompts, gamma: int | str | Gamma
     gammas, (running, _, context, *_) = [], state.start_loop()
     while running:
         g = policy.choose(running, context)
+        if isinstance(g, bool) or not isinstance(g, int):  # a float would fail deep inside the draft
+            raise TypeError(f"{type(policy).__name__}.choose must return an int gamma, got {g!r} "
+                            f"({type(g).__name__})")
         if not 0 <= g <= G:
             raise ValueError(f"{type(policy).__name__} chose gamma {g}, outside 0..gamma_max={G}: the cache keeps "
                              f"{draft.width(G)} spare slots per row")
