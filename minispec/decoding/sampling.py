@@ -47,15 +47,24 @@ from typing import NamedTuple
 import torch
 
 
+# The smallest temperature taken: 1 / T must be a float32 number (1 / 3.4e38 = 2.9e-39). Below it the tempered
+# distribution is, to float32, the argmax; but greedy decoding is temperature 0 here, a mode of its own (no random
+# numbers, a tree's children are the draft's top-k, ties go to the lowest id), so such a T is refused, not switched.
+MIN_TEMPERATURE = 1 / torch.finfo(torch.float32).max
+
+
 @dataclass(frozen=True)
 class SamplingParams:
-    temperature: float = 0.0  # 0 = greedy (argmax); otherwise logits are divided by it
+    temperature: float = 0.0  # 0 = greedy (argmax); otherwise logits are divided by it (>= MIN_TEMPERATURE)
     top_k: int | None = None  # keep the k most likely tokens
     top_p: float | None = None  # keep the smallest set of most likely tokens with mass >= top_p
 
     def __post_init__(self):
         if not isinstance(self.temperature, (int, float)) or not self.temperature >= 0:
             raise ValueError(f"temperature must be a number >= 0, got {self.temperature!r}")
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            raise ValueError(f"temperature {self.temperature!r} is below {MIN_TEMPERATURE:.3g}: 1 / temperature "
+                             "overflows float32; use temperature=0 for greedy decoding, its limit")
         if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
             raise ValueError(f"top_k must be an integer >= 1 or None, got {self.top_k!r}")
         if self.top_p is not None and not (0 < self.top_p <= 1):
@@ -70,12 +79,16 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """The sampling distribution (..., V), float32, for logits (..., V).
 
     Temperature 0 gives the one-hot distribution of the argmax, so greedy decoding is the
-    temperature-0 case of the same code and nothing is ever divided by zero. Tokens that top-k or
-    top-p remove have probability exactly 0.
+    temperature-0 case of the same code and nothing is ever divided by zero. The logits' maximum is
+    subtracted before dividing by the temperature, so no temperature overflows them (logits / 1e-38
+    would be inf, and softmax of inf is NaN): what is divided is <= 0, and the argmax gets exactly 0.
+    Tokens that top-k or top-p remove have probability exactly 0.
     """
     if params.greedy:
         return torch.zeros_like(logits, dtype=torch.float32).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
-    logits = logits.float() if params.temperature == 1 else logits.float() / params.temperature  # (..., V)
+    logits = logits.float()  # (..., V)
+    if params.temperature != 1:
+        logits = (logits - logits.amax(-1, keepdim=True)).div_(params.temperature)  # (..., V) each <= 0
     if params.top_k is not None and params.top_k < logits.shape[-1]:
         kth = (logits.amax(-1, keepdim=True) if params.top_k == 1
                else logits.topk(params.top_k, dim=-1).values[..., -1:])  # (..., 1) the k-th largest
