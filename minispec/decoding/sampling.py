@@ -28,14 +28,16 @@ proof.
 
 **Sampling: one uniform per row and an inverse CDF in float64.** ``sample`` takes u in (0, 1),
 forms the cumulative sum of the weights in float64 and returns the first token whose cumulative
-weight exceeds u * total, with u * total held strictly below the total. A token of weight zero
-adds nothing to the cumulative sum, so it can never be the first to exceed anything: no
-zero-weight token is ever drawn, at any vocabulary size. Uniforms have 52 random bits,
-(k + 0.5) / 2^52, so they lie strictly inside (0, 1) by construction. Chosen by measurement
-(``scripts/sampler_bench.py``): at V = 128k and B = 64 on a 2-core CPU it is several times faster
-than ``torch.multinomial`` and than an exponential race, which needs V random numbers per draw
-(the race in float32 is also what picked zero-weight tokens before: u rounded to 1.0 made
--log(u) = -0 and 0 / -0 = NaN).
+weight exceeds u * total, with u * total held strictly below the total. The weights are scaled
+to integers first (a power of two brings the total to about 2^52, then they are rounded), so the
+cumulative sum is exact whatever order it is added in, on any device: a token of weight zero adds
+exactly nothing, so it can never be the first to exceed anything, and no zero-weight token is ever
+drawn, at any vocabulary size. Uniforms have 52 random bits, (k + 0.5) / 2^52, so they lie
+strictly inside (0, 1) by construction.
+Chosen by measurement (``scripts/sampler_bench.py``): at V = 128k and B = 64 on a 2-core CPU it is
+several times faster than ``torch.multinomial`` and than an exponential race, which needs V random
+numbers per draw (the race in float32 is also what picked zero-weight tokens before: u rounded to
+1.0 made -log(u) = -0 and 0 / -0 = NaN).
 """
 
 from __future__ import annotations
@@ -45,7 +47,6 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
-
 
 # The smallest temperature taken: 1 / T must be a float32 number (1 / 3.4e38 = 2.9e-39). Below it the tempered
 # distribution is, to float32, the argmax; but greedy decoding is temperature 0 here, a mode of its own (no random
@@ -106,13 +107,23 @@ def sample(weights: torch.Tensor, u: torch.Tensor | None = None) -> torch.Tensor
     """One token per row (...,) from non-negative weights (..., V), normalised or not.
 
     ``u`` (...,): one uniform in (0, 1) per row (see :func:`uniforms`); the token is the first
-    whose float64 cumulative weight exceeds u * total (an inverse CDF), so a zero-weight token is
-    never drawn. ``u=None`` means the weights are one-hot (temperature 0): take the argmax and
-    spend no randomness. All-zero weights have no distribution; the caller never passes them.
+    whose cumulative weight exceeds u * total (an inverse CDF). The weights are first put on an
+    integer grid: scaled by a power of two that brings the row's total to about 2^52, and rounded.
+    Integers below 2^53 add exactly in float64, in any order, so the cumulative sum is the same
+    from a left-to-right scan and from a parallel one (which, over raw floats, rounds a zero
+    weight's entry apart from its neighbour's), and a zero weight, still exactly 0, leaves it
+    unchanged: a zero-weight token is never drawn, on any device. The grid moves each token's
+    probability by at most 2^-52 (a float64 cumulative sum's own resolution); a token below
+    2^-53 of the total is never drawn either.
+    ``u=None`` means the weights are one-hot (temperature 0): take the argmax and spend no
+    randomness. All-zero weights have no distribution, and a total past float32's range has no
+    exponent; the caller passes neither.
     """
     if u is None:
         return weights.argmax(-1)
-    cdf = weights.double().cumsum(-1)  # (..., V)
+    _, e = torch.frexp(weights.sum(-1, keepdim=True))  # (..., 1) total < 2^e (float32: only its exponent counts)
+    scale = torch.ldexp(torch.ones_like(e, dtype=torch.float64), 52 - e)  # (..., 1) a power of two: exact
+    cdf = weights.double().mul_(scale).round_().cumsum(-1)  # (..., V) integers < 2^53: exact in any order
     total = cdf[..., -1:]  # (..., 1)
     below = torch.minimum(u[..., None] * total, torch.nextafter(total, torch.zeros_like(total)))  # (..., 1) < total
     return torch.searchsorted(cdf, below, right=True)[..., 0].clamp_max(weights.shape[-1] - 1)  # (...,)
