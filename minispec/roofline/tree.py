@@ -136,6 +136,15 @@ class TreeShape:
         """One path: every node the first child of its parent."""
         return not any(self.ranks)
 
+    def truncated(self, depth: int) -> TreeShape:
+        """The nodes down to ``depth``: what a tree draft verifies when gamma caps its depth."""
+        index: dict[int, int] = {-1: -1}
+        for i, d in enumerate(self.depths):
+            if d <= depth:
+                index[i] = len(index) - 1
+        kept = [i for i in index if i >= 0]
+        return TreeShape(tuple(index[self.parents[i]] for i in kept), tuple(self.ranks[i] for i in kept))
+
 
 def tree_expected_tokens(tree: TreeShape, alpha: float = 0.8, *, profile=None) -> float:
     """E, tokens a tree step yields per row: 1 + the sum over nodes of P(the node is reached and accepted).
@@ -258,28 +267,32 @@ def tree_step_time(batch: float, nodes: int, hardware: Hardware = H100_SXM, mode
 
 def tree_speculative_step_time(batch: float, tree: TreeShape, draft_cost: float = 0.05,
                                hardware: Hardware = H100_SXM, model: ModelShape = LLAMA_8B, context: float = 0, *,
-                               draft: ModelShape | None = None, draft_kv_window: int | None = None) -> float:
+                               draft: ModelShape | None = None, draft_kv_window: int | None = None,
+                               passes: tuple[int, ...] | None = None) -> float:
     """Seconds for one tree step: ``tree.depth`` draft passes, then verify ``tree.nodes`` per row.
 
     Draft pass i runs the ``tree.expanded[i]`` nodes of depth i that get children (the root alone in the first);
     a static tree expands every node with children, EAGLE-2 its top-k frontier. A pass over w tokens per row costs
     c * t(B, w), or, given a ``draft`` shape, its own ``step_time(B, w)`` at min(context, ``draft_kv_window``).
-    A chain gives :func:`speculative_step_time`.
+    A chain gives :func:`speculative_step_time`. ``passes``: the tokens per row of each draft pass where they are
+    not ``tree.expanded`` (a dynamic tree feeds its whole top-k frontier: (1, k, ..., k)).
     """
     check_arguments(draft_cost=draft_cost, draft=draft, draft_kv_window=draft_kv_window)
     drafting = sum(_draft_step_time(batch, hardware, model, context, draft_cost, draft, draft_kv_window, w)
-                   for w in tree.expanded)
+                   for w in (tree.expanded if passes is None else passes))
     return tree_step_time(batch, tree.nodes, hardware, model, context) + drafting
 
 
 def tree_speedup(batch: float, tree: TreeShape, alpha: float = 0.8, draft_cost: float = 0.05,
                  hardware: Hardware = H100_SXM, model: ModelShape = LLAMA_8B, context: float = 0, *, profile=None,
-                 draft: ModelShape | None = None, draft_kv_window: int | None = None) -> float:
-    """Plain seconds per token / tree-speculative seconds per token; the empty tree gives 1."""
+                 draft: ModelShape | None = None, draft_kv_window: int | None = None,
+                 passes: tuple[int, ...] | None = None) -> float:
+    """Plain seconds per token / tree-speculative seconds per token; the empty tree gives 1. ``passes`` as in
+    :func:`tree_speculative_step_time`."""
     if not tree.nodes:
         return 1.0
     spec = tree_speculative_step_time(batch, tree, draft_cost, hardware, model, context, draft=draft,
-                                      draft_kv_window=draft_kv_window)
+                                      draft_kv_window=draft_kv_window, passes=passes)
     return tree_expected_tokens(tree, alpha, profile=profile) * step_time(batch, 1, hardware, model, context) / spec
 
 

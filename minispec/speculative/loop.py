@@ -30,8 +30,9 @@ from minispec.decoding.timing import PhaseTimer
 from minispec.decoding.tree import tree_mask
 from minispec.drafts.base import DraftRun
 from minispec.drafts.model import as_draft
+from minispec.drafts.tree import TreeDraft
 from minispec.model.llama import Model
-from minispec.roofline import ModelShape
+from minispec.roofline import ModelShape, TreeShape
 from minispec.roofline.hardware import device_hardware, is_calibrated, preset_for
 from minispec.roofline.policy import FixedPolicy, GammaPolicy, auto_policy
 from minispec.speculative.rule import accept_reject, verify_tree
@@ -102,7 +103,7 @@ def speculative_generate(target: Model, draft, prompts, gamma: int | str | Gamma
                           "(about a second); call minispec.roofline.hardware.calibrate() beforehand to do it up front",
                           stacklevel=2)
         hardware = device_hardware(target.device, target.dtype)
-        policy = auto_policy(ModelShape.from_model(target), draft.shape, hardware, gamma_max=G)
+        policy = auto_policy(ModelShape.from_model(target), draft.shape, hardware, gamma_max=G, **_tree_of(draft))
     policy.start()
     sampler = Sampler(SamplingParams(temperature, top_k, top_p), seed, state.batch_size, target.device)
     timeline, timer = Timeline(), PhaseTimer(target.device)
@@ -151,8 +152,10 @@ class _Counts:
         self.tree = False  # a tree was verified (ranks are counted)
 
     def add(self, path, rank, offered, active):
-        """One step's path (B, depth), ranks (B, depth) or None, tokens offered (B,) over active rows (B,):
-        the step's accepted and tested draft tokens (0-dim tensors) for the policy."""
+        """One step's path (B, depth), ranks (B, depth) or None, tokens offered (B,) over active rows (B,): for the
+        policy, 0-dim tensors of the step's accepted and tested draft tokens; for a tree, of the levels whose
+        first-ranked child was accepted and the levels reached (up to the first rejection, at most the depth), the
+        alpha a tree's profile starts from."""
         ok = (path > 0) & active[:, None]  # (B, depth)
         n = ok.sum(1)  # (B,)
         self.drafts += ((offered > 0) & active).sum()
@@ -163,6 +166,8 @@ class _Counts:
             self.by_rank.scatter_add_(0, rank.clamp_min(0).flatten(), ok.flatten().long())  # no host sync
         tested = (torch.minimum(n + 1, offered) * active).sum()  # up to each row's first rejection
         self.tested += tested
+        if rank is not None:
+            return ((rank == 0) & ok).sum(), ((n + 1).clamp_max(ok.shape[1]) * active).sum()
         return n.sum(), tested
 
     def stats(self) -> dict:
@@ -178,6 +183,15 @@ def _trimmed(counts: list[int]) -> list[int]:
     while counts and not counts[-1]:
         counts = counts[:-1]
     return counts
+
+
+def _tree_of(draft) -> dict:
+    """What gamma="auto" prices for a tree draft (the static tree, or a dynamic one's budget and top-k); {} else."""
+    if not isinstance(draft, TreeDraft):
+        return {}
+    if draft.parents is not None:  # node j's parent at j - 1, 0 the root
+        return {"tree": TreeShape(tuple(p - 1 for p in draft.parents), tuple(draft.ranks))}
+    return {"budget": draft.budget, "topk": draft.topk}
 
 
 def _policy(gamma) -> GammaPolicy | None:
