@@ -40,7 +40,7 @@ _SUBJECTS = ("the ocean", "volcanoes", "photosynthesis", "the moon", "bicycles",
 
 @dataclass(frozen=True)
 class EagleTrainConfig:
-    features: tuple[int, ...] | None = None  # target layers read; None: (L,), its last hidden state (EAGLE-1)
+    features: tuple[int, ...] | None = None  # target layers read; None: (L,), after the last layer, pre-norm
     hot_vocab: int | None = None  # train and draft over this many hot tokens; None: the full vocabulary
     ttt: int = 2  # draft positions unrolled per window (training-time test); 1: teacher-forced only
     ttt_from: float = 0.8  # ... from this share of the steps on (before it: position 1 only, a third of the cost)
