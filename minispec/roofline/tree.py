@@ -324,7 +324,7 @@ def _best_tree_at(batch, alpha, budgets, draft_cost, hardware, model, context, p
     s = max(m.most for m in models)
     e_max = 1.0 + sum(s ** d for d in range(1, min(max_depth or top, top) + 1))
     beyond = lambda n: e_max * plain / (verify(n + 2) + drafting(1))  # noqa: E731 the most any budget > n gives
-    best, orders, limit, n, proven, drafted = (1.0, 0, None), {}, 0, 0, False, {}
+    best, orders, limit, n, proven, ran_out, drafted = (1.0, 0, None), {}, 0, 0, False, False, {}
     for n in (b for b in (budgets or range(1, MAX_NODES + 1)) if b):
         while n > limit:  # the best-first orders, for every depth cap, far enough: 256 nodes, then 4x
             limit = min(top, 4 * limit or 256)
@@ -332,27 +332,28 @@ def _best_tree_at(batch, alpha, budgets, draft_cost, hardware, model, context, p
             caps = min(max_depth or limit, _depth(uncapped[2]))
             orders = {cap: _prefixes(models, limit, cap) for cap in range(1, caps + 1)}
         for cap, (E, widen, parents, ranks) in orders.items():
-            if len(E) < n:  # this cap's tree stopped growing: it was tried at its own size
-                continue
+            k = min(n, len(E))  # fewer than n where this cap's order ran out
             done, widths, cost = drafted.get(cap, (0, [0] * cap, 0.0))  # draft passes' seconds of the first nodes
-            for level in widen[done:n]:
+            if not k or k == done:  # nothing accepted, or the tree stopped growing and was tried at its own size
+                continue
+            for level in widen[done:k]:
                 if level >= 0:
                     widths[level] += 1
                     cost += drafting(widths[level]) - (drafting(widths[level] - 1) if widths[level] > 1 else 0.0)
-            drafted[cap] = (n, widths, cost)
-            speedup = E[n - 1] * plain / (verify(n + 1) + cost)
+            drafted[cap] = (k, widths, cost)
+            speedup = E[k - 1] * plain / (verify(k + 1) + cost)
             if speedup > best[0]:
-                best = (speedup, n, (E[n - 1], parents, ranks))
+                best = (speedup, n, (E[k - 1], k, parents, ranks))
         ran_out = all(n >= len(E) < limit for E, *_ in orders.values())  # no node left is ever accepted
         if budgets is None and (beyond(n) <= best[0] or ran_out):
             proven = True
             break
-    search = {"searched": n, "capped": not proven and bool(n) and beyond(n) > best[0]}
+    search = {"searched": n, "capped": not (proven or ran_out) and bool(n) and beyond(n) > best[0]}
     if best[2] is None:
         return best[0], best[1], None, search
-    (E, parents, ranks), k = best[2], best[1]
+    E, k, parents, ranks = best[2]
     tree = TreeShape(parents[:k], ranks[:k])
-    return best[0], k, (E, k, tree.expanded, tree), search
+    return best[0], best[1], (E, k, tree.expanded, tree), search
 
 
 def _depth(parents) -> int:

@@ -312,6 +312,8 @@ def test_a_search_cap_that_binds_says_so():
     capped, free = tree_speedup_table([1, 64], budgets=range(65))
     assert (capped["budget"], capped["capped"], capped["searched"]) == (64, True, 64)
     assert free["budget"] < 64 and not free["capped"]
+    short = tree_speedup_table([1], profile=(0.9,), budgets=(0, 16), max_depth=4)[0]  # only a chain of 4 accepts
+    assert (short["budget"], short["nodes"], short["capped"]) == (16, 4, False)  # no larger tree exists: not capped
     free = rl.Hardware("verification always free", memory_bandwidth=1e12, peak_flops=1e20, memory_bytes=1e12)
     unbounded = tree_speedup_table([1], profile=(0.5, 0.5), hardware=free)[0]  # every level accepted, verify free
     assert unbounded["capped"] and unbounded["searched"] == rl.MAX_NODES and unbounded["budget"] > 4000
