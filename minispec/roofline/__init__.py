@@ -111,7 +111,7 @@ from minispec.roofline.shapes import (  # noqa: F401 re-exported
     quantized,
 )
 from minispec.roofline.tree import (  # noqa: F401 re-exported
-    MAX_NODES,
+    SEARCH_LIMIT,
     TreeShape,
     best_tree,
     best_tree_budget,

@@ -296,7 +296,7 @@ def tree_speedup(batch: float, tree: TreeShape, alpha: float = 0.8, draft_cost: 
     return tree_expected_tokens(tree, alpha, profile=profile) * step_time(batch, 1, hardware, model, context) / spec
 
 
-MAX_NODES = 4096  # the most draft nodes per row the budget search tries before it gives up proving an optimum
+SEARCH_LIMIT = 4096  # the most draft nodes per row the budget search tries before it gives up proving an optimum
 
 
 def _best_tree_at(batch, alpha, budgets, draft_cost, hardware, model, context, profile, draft, draft_kv_window,
@@ -310,12 +310,12 @@ def _best_tree_at(batch, alpha, budgets, draft_cost, hardware, model, context, p
     yields at most E_max = 1 + s + s^2 + ... + s^max_depth tokens per row (s the largest sum of a profile row) and
     costs at least a verify of n + 2 tokens per row and one draft pass, so once E_max * t(B, 1) / that is no more
     than the best speedup found, no larger budget beats it; or where the best-first order runs out (no node left
-    that is ever accepted). It gives up at ``MAX_NODES`` nodes, and then says ``capped``.
+    that is ever accepted). It gives up at ``SEARCH_LIMIT`` nodes, and then says ``capped``.
     """
     check_arguments(batch=batch, alpha=alpha, draft_cost=draft_cost, context=context, draft=draft,
                     draft_kv_window=draft_kv_window)
     budgets = _check_tree_arguments(budgets, max_depth)
-    top = MAX_NODES if budgets is None else budgets[-1]
+    top = SEARCH_LIMIT if budgets is None else budgets[-1]
     models = _models(alpha, profile, top, "the tree search")
     plain = step_time(batch, 1, hardware, model, context)
     verify = lru_cache(lambda T: step_time(batch, T, hardware, model, context))
@@ -325,7 +325,7 @@ def _best_tree_at(batch, alpha, budgets, draft_cost, hardware, model, context, p
     e_max = 1.0 + sum(s ** d for d in range(1, min(max_depth or top, top) + 1))
     beyond = lambda n: e_max * plain / (verify(n + 2) + drafting(1))  # noqa: E731 the most any budget > n gives
     best, orders, limit, n, proven, ran_out, drafted = (1.0, 0, None), {}, 0, 0, False, False, {}
-    for n in (b for b in (budgets or range(1, MAX_NODES + 1)) if b):
+    for n in (b for b in (budgets or range(1, SEARCH_LIMIT + 1)) if b):
         while n > limit:  # the best-first orders, for every depth cap, far enough: 256 nodes, then 4x
             limit = min(top, 4 * limit or 256)
             uncapped = _prefixes(models, limit, limit)  # no cap: max_depth=None, and the deepest a cap can matter
@@ -374,7 +374,7 @@ def best_tree_budget(batch: float, alpha: float = 0.8, budgets=None, draft_cost:
     under the ``profile``; None: :func:`default_profile` of alpha, an assumption); its speed is
     :func:`tree_speedup` (verify n + 1 tokens per row, one draft pass per level). The fastest wins if it beats
     plain decoding; ties go to the smaller budget. ``budgets``: the budgets to try; None: every budget from 1 up
-    until no larger tree can win (a bound, see :data:`MAX_NODES`), so the answer is not an artefact of a search
+    until no larger tree can win (a bound, see :data:`SEARCH_LIMIT`), so the answer is not an artefact of a search
     cap. Given budgets, the largest can bind: :func:`tree_speedup_table`'s ``capped`` says when it does. At small
     batch verification is free and large trees win; once B (n + 1) tokens cross the ridge every node costs
     compute, the budget falls to a chain (its best tree has one path) and then to 0.
@@ -390,7 +390,7 @@ def tree_speedup_table(batches, alpha: float = 0.8, budgets=None, draft_cost: fl
     """One row per batch: the best budget (:func:`best_tree_budget`), its tree's nodes, depth, branching per depth
     and whether it is a chain, tokens per step per row (E), the speedup, the tree itself (None when off), the
     largest budget the search tried (``searched``) and ``capped``: True when a budget above that one could still
-    be faster (the largest of the ``budgets`` given binds, or the search gave up at :data:`MAX_NODES`)."""
+    be faster (the largest of the ``budgets`` given binds, or the search gave up at :data:`SEARCH_LIMIT`)."""
     rows = []
     for B in batches:
         speedup, n, found, search = _best_tree_at(B, alpha, budgets, draft_cost, hardware, model, context, profile,

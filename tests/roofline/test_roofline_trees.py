@@ -308,7 +308,7 @@ def test_at_small_batch_the_best_tree_is_the_largest_whose_verify_stays_free(har
 
 def test_a_search_cap_that_binds_says_so():
     """budgets=range(65), the old default, binds at batch 1 (64 is the largest allowed and more would pay) and not
-    at batch 64; past MAX_NODES the search gives up and says so too."""
+    at batch 64; past SEARCH_LIMIT the search gives up and says so too."""
     capped, free = tree_speedup_table([1, 64], budgets=range(65))
     assert (capped["budget"], capped["capped"], capped["searched"]) == (64, True, 64)
     assert free["budget"] < 64 and not free["capped"]
@@ -316,7 +316,7 @@ def test_a_search_cap_that_binds_says_so():
     assert (short["budget"], short["nodes"], short["capped"]) == (16, 4, False)  # no larger tree exists: not capped
     free = rl.Hardware("verification always free", memory_bandwidth=1e12, peak_flops=1e20, memory_bytes=1e12)
     unbounded = tree_speedup_table([1], profile=(0.5, 0.5), hardware=free)[0]  # every level accepted, verify free
-    assert unbounded["capped"] and unbounded["searched"] == rl.MAX_NODES and unbounded["budget"] > 4000
+    assert unbounded["capped"] and unbounded["searched"] == rl.SEARCH_LIMIT and unbounded["budget"] > 4000
 
 
 @pytest.mark.parametrize("batch", [1, 8, 16])
