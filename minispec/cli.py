@@ -40,17 +40,18 @@ def _positive(text: str) -> int:
 # --- threads and load: shared by every command that decodes -----------------------------------
 
 def default_threads() -> int:
-    """torch's CPU threads unless --threads says otherwise: half this machine's cores, at least 1. Decoding at
-    small batch is bound by per-operation overhead and memory, not arithmetic; a second thread per pair of
-    cores gains little, and threads that wait on a core another process holds lose many-fold."""
+    """torch's CPU threads unless --threads says otherwise: half the logical CPUs, at least 1. With two hardware
+    threads per core that is torch's own default (one per physical core); on a small machine without them (2
+    cores here) it is 1, because a thread that waits for a core another process holds stalls every operation:
+    on this 2-core machine under load, 2 threads decoded 10-20x slower than 1 (issue 26's measurements)."""
     return max(1, (os.cpu_count() or 1) // 2)
 
 
 def add_threads(p: argparse.ArgumentParser) -> None:
     """The --threads flag of a command that decodes or times."""
     p.add_argument("--threads", type=_positive, default=None,
-                   help=f"torch CPU threads (default: half the cores, at least 1; {default_threads()} here). On a "
-                        "busy machine more threads than free cores slow decoding many-fold")
+                   help=f"torch CPU threads (default: half the logical CPUs, at least 1; {default_threads()} here). "
+                        "On a busy machine, more threads than free cores slow decoding many-fold")
 
 
 @contextmanager
@@ -59,18 +60,18 @@ def timed(args):
     average exceeds its cores before or after it: other processes then share the cores and the times are noisy."""
     import torch
 
-    cores, before = os.cpu_count() or 1, _load()
+    cores, before, threads = os.cpu_count() or 1, _load(), args.threads or default_threads()
     old = torch.get_num_threads()
-    torch.set_num_threads(args.threads or default_threads())
+    torch.set_num_threads(threads)
     try:
         yield
     finally:
         torch.set_num_threads(old)
-        load = max(before, _load())
-        if load > cores:
-            print(f"minispec: warning: load average {load:.1f} on {cores} cores while timing: other processes share "
-                  f"the CPU, so the times above are noisy (torch threads: {args.threads or default_threads()})",
-                  file=sys.stderr)
+    load = max(before, _load())  # not after an error: there are no times then
+    if load > cores:
+        sys.stdout.flush()
+        print(f"minispec: warning: load average {load:.1f} on {cores} cores while timing: other processes share "
+              f"the CPU, so the times above are noisy (torch threads: {threads})", file=sys.stderr)
 
 
 def _load() -> float:
@@ -90,10 +91,9 @@ def _demo(args) -> None:
     from minispec.tools.demo import demo
 
     batches = _ints(args.batches, "--batches")
-    with timed(args):
-        out = demo(args.target, args.draft, args.gamma, args.max_new_tokens, args.temperature, args.prompt,
-                   args.prompt_len, args.repeats, batches, args.device, args.dtype, color=_color())
-    print(out)
+    with timed(args):  # a warning on a loaded machine comes after the figures
+        print(demo(args.target, args.draft, args.gamma, args.max_new_tokens, args.temperature, args.prompt,
+                   args.prompt_len, args.repeats, batches, args.device, args.dtype, color=_color()))
 
 
 def _generate(args) -> None:
@@ -129,7 +129,7 @@ def _bench(args) -> None:
         else:
             table = bench.run(args.target, args.draft, cfg, plot=args.plot, hf_baseline=args.hf_baseline, **kw)
             print(table.header, file=sys.stderr)
-    print(table)
+        print(table, flush=True)
 
 
 def _bench_arguments(p: argparse.ArgumentParser) -> None:

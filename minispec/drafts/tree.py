@@ -31,8 +31,10 @@ def check_tree(branching: tuple[int, ...] | None = None, paths: list[tuple[int, 
             raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
     fed = (depth - 1) * topk  # nodes the draft reads: topk per level below the last
     if max(budget, fed) > MAX_NODES:
-        raise ValueError(f"budget={budget}, depth={depth}, topk={topk} makes a tree of {budget:,} nodes per row, "
-                         f"{fed:,} of them fed to the draft; a tree may have at most {MAX_NODES:,}")
+        what = f"verifies {budget:,} nodes per row" if budget > MAX_NODES else \
+            f"feeds the draft {fed:,} nodes per row, (depth - 1) x topk,"
+        raise ValueError(f"budget={budget}, depth={depth}, topk={topk} {what} each step; a tree may have at most "
+                         f"{MAX_NODES:,}")
     return None
 
 

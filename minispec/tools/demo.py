@@ -13,11 +13,12 @@ from dataclasses import dataclass
 import torch
 
 from minispec.decoding.plain import generate
+from minispec.decoding.sampling import SamplingParams
 from minispec.decoding.stats import Stats
 from minispec.roofline.hardware import device_hardware
 from minispec.speculative.loop import speculative_generate
 from minispec.tools.bench import BenchConfig, bench_point, break_even, format_table, prompts_for, sweep
-from minispec.tools.pair import load_pair, prompt_tokens
+from minispec.tools.pair import check_pair, load_pair, prompt_tokens
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,11 @@ def complete(prompt: str, model: str = "tiny-code-target", draft: str | None = N
         raise ValueError(f"mark must be None, 'color' or 'brackets', got {mark!r}")
     if mark is not None and draft is None:
         raise ValueError("marking accepted draft tokens needs a draft: name one")
+    SamplingParams(temperature, top_k, top_p)  # checked before anything loads, as the names are
+    limit = check_pair(model, draft, device, dtype, tree, hot_vocab).max_positions
+    if limit is not None and max_new_tokens >= limit:
+        raise ValueError(f"max_new_tokens ({max_new_tokens}) leaves no room for a prompt within {model}'s maximum "
+                         f"length of {limit} positions")
     target, tok, drafter = load_pair(model, draft, device, dtype, tree, hot_vocab)
     if tok is None:
         raise ValueError(f"{model} has no tokenizer files; cannot encode a text prompt")

@@ -40,6 +40,7 @@ class Pair:
     hot_vocab: int | None  # an EAGLE head's hot vocabulary (None: the head's own)
     device: torch.device
     dtype: torch.dtype | None
+    max_positions: int | None  # the target's maximum length from its config (None: a GGUF file or a shape)
 
 
 def parse_tree(text: str | None) -> dict | None:
@@ -68,12 +69,12 @@ def parse_tree(text: str | None) -> dict | None:
 
 def _config(name: str, what: str):
     """The ModelConfig of a checkpoint from its config.json (None for a .gguf file: read when loaded)."""
+    if _is_eagle(name):
+        raise ValueError(f"{name} is an EAGLE head, not a {what}; pass it as the draft (--draft {name})")
     path = resolve(name)
     if path.is_file():
         return None
     raw = json.loads((path / "config.json").read_text())
-    if raw.get("architectures") == ["EagleDraft"]:
-        raise ValueError(f"{name} is an EAGLE head, not a {what}; pass it as the draft (--draft {name})")
     try:
         return config_from_hf(raw)
     except ValueError as e:
@@ -125,7 +126,7 @@ def check_pair(target: str, draft: str | None = None, device=None, dtype=None, t
         elif (dc := _config(draft, "draft")) and tc and dc.vocab_size != tc.vocab_size:
             raise ValueError(f"draft {draft} has a {dc.vocab_size}-token vocabulary and target {target} "
                              f"{tc.vocab_size}: they must share one")
-    return Pair(target, draft, kind, tree, hot_vocab, device, dtype)
+    return Pair(target, draft, kind, tree, hot_vocab, device, dtype, tc.max_position_embeddings if tc else None)
 
 
 def _is_eagle(name: str) -> bool:
