@@ -326,3 +326,22 @@ def test_train_checks_out_and_the_target_before_training(tmp_path, monkeypatch, 
         minispec.tools.train_eagle.train_eagle("tiny-code-target", tmp_path / "head", hot_vocab=1000)
     with pytest.raises(ValueError, match="'nosuchtarget' is neither"):
         minispec.tools.train_eagle.train_eagle("nosuchtarget", tmp_path / "head")
+
+
+def test_train_eagle_hides_torchs_dtype_note(tmp_path, monkeypatch):
+    """torch's "Mismatch dtype between input and weight" UserWarning under CPU autocast (a kernel choice no user
+    can act on) does not reach the user of `minispec train eagle`; other warnings still do."""
+    import warnings
+
+    import minispec.tools.train_eagle
+
+    def train(*a, **k):
+        warnings.warn("Mismatch dtype between input and weight: input dtype = c10::BFloat16", UserWarning, stacklevel=2)
+        warnings.warn("something the user can act on", UserWarning, stacklevel=2)
+        return {"steps": 1, "seconds": 1.0}
+
+    monkeypatch.setattr(minispec.tools.train_eagle, "train_eagle", train)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["train", "eagle", "--target", "tiny-code-target", "--out", str(tmp_path / "head")]) == 0
+    assert [str(w.message) for w in caught] == ["something the user can act on"]
