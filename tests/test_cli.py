@@ -265,6 +265,9 @@ def nothing_loads(monkeypatch):
     (["--tree", "budget=16,depth=5"], "a tree grows from a draft"),
     (["--show-accepted"], "--show-accepted marks the draft's tokens"),
     (["--model", "tiny-code-eagle"], "tiny-code-eagle is an EAGLE head, not a target"),
+    (["--max-new-tokens", "100000"], "leaves no room for a prompt within tiny-code-target's maximum length"),
+    (["--temperature", "-1"], "temperature must be a number >= 0"),
+    (["--top-p", "1.5"], "top_p must be in (0, 1]"),
 ])
 def test_generate_checks_every_name_before_any_load(nothing_loads, capsys, argv, message):
     assert main(["generate", "def f(x):", *argv]) == 2
@@ -301,9 +304,12 @@ def test_generate_marks_the_accepted_draft_tokens_of_an_eagle_tree():
 def test_generate_prints_the_stats_below_the_text():
     """stdout is flushed before the stats go to stderr: merged into one stream, the text comes first and the stats
     start on a line of their own (a pipe buffers stdout, so without the flush they came first)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # a user's default: a pipe is buffered
     out = subprocess.run([sys.executable, "-m", "minispec", "generate", "def _current(self):\n", "--max-new-tokens",
                           "16", "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                         timeout=120).stdout
+                         timeout=120, env=env).stdout
     assert out.startswith("def _current(self):\n") and out.index("new tokens") > out.index("if self")
     assert re.search(r"^\s+new tokens  16$", out, re.M)
 
