@@ -168,7 +168,7 @@ def demo(target: str = "tiny-code-target", draft: str = "tiny-code-draft", gamma
     header = (f"minispec demo: target {target} ({model.config.num_parameters / 1e6:.2f}M parameters), draft "
               f"{point['draft']}, batch 1, gamma {gamma}, temperature {temperature}, {max_new_tokens} new tokens, "
               f"{model.device} {str(model.dtype).removeprefix('torch.')}"
-              + (f", {torch.get_num_threads()} torch threads" if model.device.type == "cpu" else "")
+              + (f", torch threads {torch.get_num_threads()}" if model.device.type == "cpu" else "")
               + f", median of {repeats} runs")
     text = tok.decode(ids) + _marked(tok, spec.tokens[0], spec.accepted[0], color)
     rows = sweep(model, drafter, sweep_cfg, tokens, progress=False) if sweep_cfg else []
