@@ -10,11 +10,32 @@ from __future__ import annotations
 import torch
 
 from minispec.decoding.sampling import DRAFT, PointMass, probabilities, sample
-from minispec.decoding.tree import Tree, ancestors, static_tree
+from minispec.decoding.tree import MAX_NODES, Tree, ancestors, static_tree
 from minispec.drafts.base import Draft, DraftRun, Proposal
 from minispec.drafts.lookup import PromptLookupDraft
 from minispec.drafts.model import as_draft
 from minispec.model.llama import TreeMask
+
+
+def check_tree(branching: tuple[int, ...] | None = None, paths: list[tuple[int, ...]] | None = None,
+               budget: int | None = None, depth: int | None = None, topk: int = 4) -> list[int] | None:
+    """Check a tree's shape as :class:`TreeDraft` takes it, before any draft or model exists: the parent list
+    of a static tree (:func:`~minispec.decoding.tree.static_tree`), None for a dynamic one. At most
+    :data:`~minispec.decoding.tree.MAX_NODES` nodes are verified or fed to the draft per row and step."""
+    if budget is None and depth is None:
+        return static_tree(branching, paths)
+    if branching is not None or paths is not None:
+        raise ValueError("give a static tree (branching= or paths=) or a dynamic one (budget=, depth=), not both")
+    for name, v in (("budget", budget), ("depth", depth), ("topk", topk)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    fed = (depth - 1) * topk  # nodes the draft reads: topk per level below the last
+    if max(budget, fed) > MAX_NODES:
+        what = f"verifies {budget:,} nodes per row" if budget > MAX_NODES else \
+            f"feeds the draft {fed:,} nodes per row, (depth - 1) x topk,"
+        raise ValueError(f"budget={budget}, depth={depth}, topk={topk} {what} each step; a tree may have at most "
+                         f"{MAX_NODES:,}")
+    return None
 
 
 class TreeDraft(Draft):
@@ -31,35 +52,35 @@ class TreeDraft(Draft):
     :class:`ModelDraft`, :class:`LayerSkipDraft` or a feature draft). Children at temperature > 0 are
     drawn i.i.d. from the draft's q in a static tree (SpecInfer); at temperature 0, and always in a
     dynamic tree, they are the draft's top-k tokens, point masses (EAGLE-2, Medusa); either way the
-    rule in :mod:`minispec.decoding.tree` keeps the output exact. For a tree, the loop's ``gamma`` caps the depth
-    (``gamma >= depth``: the whole tree; ``"auto"`` turns it on and off).
+    rule in :mod:`minispec.speculative.rule` keeps the output exact. :func:`minispec.speculative_generate` drafts
+    the tree to its own ``depth`` unless given a ``gamma``, which cuts it at depth ``gamma`` (``"auto"``
+    chooses that depth each step, 0 turning speculation off). A tree has at most
+    :data:`~minispec.decoding.tree.MAX_NODES` nodes (:func:`check_tree`).
     """
 
     def __init__(self, draft, branching: tuple[int, ...] | None = None, paths: list[tuple[int, ...]] | None = None,
                  budget: int | None = None, depth: int | None = None, topk: int = 4):
+        parents = check_tree(branching, paths, budget, depth, topk)  # the shape first: nothing else is built yet
         self.draft = draft if isinstance(draft, Draft) else as_draft(draft)
         if isinstance(self.draft, (PromptLookupDraft, TreeDraft)):
             raise ValueError(f"a TreeDraft grows its tree with a draft model; got {type(self.draft).__name__}")
-        if budget is not None or depth is not None:
-            if branching is not None or paths is not None:
-                raise ValueError("give a static tree (branching= or paths=) or a dynamic one (budget=, depth=), "
-                                 "not both")
-            for name, v in (("budget", budget), ("depth", depth), ("topk", topk)):
-                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                    raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if parents is None:
             self.parents, self.budget, self.depth, self.topk = None, budget, depth, topk
         else:
-            self.parents = static_tree(branching, paths)  # node j's parent at j - 1
-            self.budget, self.branching, self.paths = len(self.parents), branching, paths
-            level = [0] * (len(self.parents) + 1)  # each node's depth
-            for j, par in enumerate(self.parents, 1):
-                level[j] = level[par] + 1
-            self.levels, self.depth = level, max(level)
-            self.ranks = [self.parents[:j].count(par) for j, par in enumerate(self.parents)]  # among siblings
-            self.topk = max(self.ranks) + 1
+            self.parents = parents  # node j's parent at j - 1
+            self.budget, self.branching, self.paths = len(parents), branching, paths
+            level, ranks, children = [0] * (len(parents) + 1), [], [0] * (len(parents) + 1)  # linear in the nodes
+            for j, par in enumerate(parents, 1):
+                level[j] = level[par] + 1  # each node's depth
+                ranks.append(children[par])  # its rank among its siblings
+                children[par] += 1
+            self.levels, self.depth, self.ranks, self.topk = level, max(level), ranks, max(ranks) + 1
         self.shape, self.features = self.draft.shape, self.draft.features
 
     def check(self, target, positions):
+        if self.topk > target.config.vocab_size:
+            raise ValueError(f"this tree gives a node up to {self.topk} children, more than the target's "
+                             f"{target.config.vocab_size}-token vocabulary")
         self.draft.check(target, positions)
 
     def width(self, gamma):

@@ -76,7 +76,7 @@ def speculative_step(target: Model, t_cache, run: DraftRun, state: DecodeState, 
 
 
 @torch.inference_mode()
-def speculative_generate(target: Model, draft, prompts, gamma: int | str | GammaPolicy = 4,
+def speculative_generate(target: Model, draft, prompts, gamma: int | str | GammaPolicy | None = None,
                          max_new_tokens: int = 128, temperature: float = 0.0, top_k: int | None = None,
                          top_p: float | None = None, seed: int | list[int] | None = None, eos_token_id=None,
                          rule=accept_reject) -> GenerationResult:
@@ -84,7 +84,8 @@ def speculative_generate(target: Model, draft, prompts, gamma: int | str | Gamma
 
     ``draft``: a smaller :class:`Model` sharing the target's vocabulary, or a :class:`Draft`
     (``PromptLookupDraft()``, ``LayerSkipDraft(target, n)``, ``TreeDraft(draft, ...)``, ...). ``gamma``: draft
-    tokens per step (>= 1; for a tree, its greatest depth); ``"auto"`` to let the roofline policy choose it
+    tokens per step (>= 1; default 4), for a tree the depth it drafts to (default: the tree's own depth; a
+    smaller gamma cuts the tree); ``"auto"`` to let the roofline policy choose it
     each step from the running batch size, the running rows' context and the acceptance so far (0 = a
     plain step), on this device's preset or calibration; or any :class:`GammaPolicy`. ``seed`` as in
     :func:`minispec.generate`. ``rule``: the accept rule of a chain (:func:`accept_reject`; benchmarks and
@@ -92,7 +93,10 @@ def speculative_generate(target: Model, draft, prompts, gamma: int | str | Gamma
     :class:`GenerationResult` as :func:`minispec.generate`, with speculative stats and ``.accepted``
     marking accepted draft tokens.
     """
-    draft, policy = as_draft(draft), _policy(gamma)
+    draft = as_draft(draft)
+    if gamma is None:  # a tree's own depth, else a chain of 4
+        gamma = draft.depth if isinstance(draft, TreeDraft) else 4
+    policy = _policy(gamma)
     G = AUTO_GAMMA_MAX if policy is None else policy.gamma_max
     prompts, eos = check_request(target, prompts, max_new_tokens, eos_token_id)
     state = DecodeState(prompts, max_new_tokens, eos, target.device, slack=draft.width(G) + 1)
@@ -148,8 +152,9 @@ class _Counts:
     def __init__(self, width: int, device):
         zeros = lambda n: torch.zeros(n, dtype=torch.long, device=device)  # noqa: E731
         self.drafts, self.offered, self.tested = zeros(()), zeros(()), zeros(())  # rows that proposed, tokens, tested
+        self.on_path, self.nodes = zeros(()), zeros(())  # tokens drafted along one path; the most nodes a row offered
         self.at, self.by_rank = zeros(width), zeros(width)  # accepted per position (depth), per child rank
-        self.tree = False  # a tree was verified (ranks are counted)
+        self.depth = 0  # trees: the deepest tree verified (a host int: a shape)
 
     def add(self, path, rank, offered, active):
         """One step's path (B, depth), ranks (B, depth) or None, tokens offered (B,) over active rows (B,): for the
@@ -160,9 +165,11 @@ class _Counts:
         n = ok.sum(1)  # (B,)
         self.drafts += ((offered > 0) & active).sum()
         self.offered += (offered * active).sum()
+        self.on_path += (offered.clamp_max(path.shape[1]) * active).sum()  # a chain: all it offered; a tree: depth
         self.at[: ok.shape[1]] += ok.sum(0)
         if rank is not None:
-            self.tree = True
+            self.depth = max(self.depth, path.shape[1])
+            self.nodes = torch.maximum(self.nodes, (offered * active).max())
             self.by_rank.scatter_add_(0, rank.clamp_min(0).flatten(), ok.flatten().long())  # no host sync
         tested = (torch.minimum(n + 1, offered) * active).sum()  # up to each row's first rejection
         self.tested += tested
@@ -172,10 +179,12 @@ class _Counts:
 
     def stats(self) -> dict:
         drafts, at, ranks = int(self.drafts), _trimmed(self.at.tolist()), _trimmed(self.by_rank.tolist())
+        tree = self.depth > 0
         return dict(num_drafts=drafts, draft_tokens=int(self.offered), accepted_tokens=sum(at),
-                    tested_tokens=int(self.tested), accepted_per_position=at,
+                    tested_tokens=int(self.tested), path_tokens=int(self.on_path), accepted_per_position=at,
                     per_position_acceptance_rates=[a / drafts for a in at] if drafts else [],
-                    accepted_per_rank=(ranks or [0]) if self.tree else None)
+                    accepted_per_rank=(ranks or [0]) if tree else None, tree_depth=self.depth if tree else None,
+                    tree_nodes=int(self.nodes) if tree else None)
 
 
 def _trimmed(counts: list[int]) -> list[int]:

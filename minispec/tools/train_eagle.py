@@ -8,6 +8,7 @@ tokens the target expects most often.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import platform
 import time
@@ -19,8 +20,9 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from minispec.model.config import config_from_hf
 from minispec.model.llama import Model
-from minispec.model.load import EMBEDDED, load, sample_text
+from minispec.model.load import EMBEDDED, load, resolve, sample_text
 from minispec.tools.train import code_files
 
 EVAL_POSITIONS = 4  # draft positions the held-out evaluation unrolls (gamma 4)
@@ -230,6 +232,11 @@ def train_eagle(target_name: str, out_dir: str | Path, hot_vocab: int | None = N
     for name, v in (("steps", steps), ("windows", windows), ("threads", threads)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ValueError(f"{name} must be an integer >= 1 or None, got {v!r}")
+    if Path(out_dir).expanduser().exists() and not Path(out_dir).expanduser().is_dir():
+        raise ValueError(f"out_dir {out_dir} is a file; name a folder to write the head in")
+    path = resolve(target_name)  # a name that is no checkpoint fails here, before anything loads
+    if path.is_dir():  # the head's shape against the target's config (a GGUF file's is read when it loads)
+        EagleConfig.for_target(config_from_hf(json.loads((path / "config.json").read_text())), cfg.features, hot_vocab)
     old_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
