@@ -226,6 +226,8 @@ def train_eagle(target_name: str, out_dir: str | Path, hot_vocab: int | None = N
     the run (on a shared CPU 1 is often faster than 2). ``data``: reuse what :func:`eagle_data` made (its time
     is then not in the budget).
     """
+    from minispec.drafts.eagle import EagleConfig
+
     cfg = dataclasses.replace(config or EagleTrainConfig(), hot_vocab=hot_vocab, seed=seed)
     if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not minutes > 0:
         raise ValueError(f"minutes must be a number > 0, got {minutes!r}")
