@@ -70,16 +70,19 @@ class PagedCache:
     def begin(self, slots: torch.Tensor) -> None:
         """Prepare to write at logical slots (B, T); the next :meth:`update` calls gather slots [0, bound)."""
         self.bound += slots.shape[1]
-        self._write = self.physical(slots)  # (B, T)
-        self._read = self.physical(torch.arange(self.bound, device=slots.device).expand(len(slots), -1))  # (B, S')
+        self._write = self.physical(slots).flatten()  # (B T,)
+        self._read = self.physical(torch.arange(self.bound, device=slots.device).expand(len(slots), -1)).flatten()
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k, v (B, K, T, D) of one layer into the pool; return each row's slots in use (B, K, S', D)."""
-        pk, pv = self.pool.k[layer], self.pool.v[layer]  # (P, K, D)
-        pk[self._write] = k.transpose(1, 2)  # (B, T, K, D) into their physical slots
-        pv[self._write] = v.transpose(1, 2)
-        # The gather: a fused paged-attention kernel would read pk, pv through self.tables instead of copying.
-        return pk[self._read].transpose(1, 2), pv[self._read].transpose(1, 2)  # (B, K, S', D) each
+        B, K, T, D = k.shape
+        out = []
+        for pool, new in ((self.pool.k[layer], k), (self.pool.v[layer], v)):
+            flat = pool.view(-1, K * D)  # (P, K D) the layer's slots
+            flat.index_copy_(0, self._write, new.transpose(1, 2).reshape(B * T, K * D))  # into their physical slots
+            # The gather: a fused paged-attention kernel would read the pool through self.tables instead of copying.
+            out.append(flat.index_select(0, self._read).view(B, -1, K, D).transpose(1, 2))  # (B, K, S', D)
+        return out[0], out[1]
 
     def end(self, T: int) -> None:
         self.lengths += T
