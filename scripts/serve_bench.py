@@ -124,6 +124,69 @@ def sweep(target, settings: dict[str, dict], cfg: LoadConfig, text: list[int], o
     return rows
 
 
+def engine_step_table(target, draft, batches, gammas, contexts: tuple[int, ...], text: list[int],
+                      progress=print) -> dict:
+    """Step times measured through the engine, for the simulator: closed-loop runs of B requests, all at once, with
+    prompts of each of ``contexts`` tokens, one run per (batch, gamma, context) (gamma 0: a plain engine).
+
+    Returns ``{"step_s": {context: {(B, gamma + 1): s}}, "prefill": {"plain": [(tokens, s)], "draft": [...]}}``:
+    the median full-batch decode step (every row decoding, no prefill) and the prefill-only steps by their tokens.
+    """
+    import numpy as np
+
+    Engine(target, draft, gamma=max(gammas)).run([Request(text[:64], 8)] * 4)  # first calls: Philox, allocators
+    steps, prefill = {c: {} for c in contexts}, {"plain": {}, "draft": {}}
+    for context in contexts:
+        for B in batches:
+            for g in gammas:
+                engine = Engine(target, draft if g else None, gamma=g or 1, max_num_seqs=B,
+                                max_num_batched_tokens=B * (context + 1 + g))  # every prompt in one prefill step
+                starts = range(0, len(text) - context, max(1, (len(text) - context) // B))
+                engine.run([Request(text[i: i + context], 6 * (1 + g)) for i in list(starts)[:B]])
+                s = engine.stats
+                full = [t for t, b, p in zip(s.step_s, s.batch_per_step, s.prefill_per_step) if b == B and not p]
+                steps[context][(B, g + 1)] = float(np.median(full))
+                prefill["draft" if g else "plain"].update(
+                    {n: t for n, t, b in zip(s.tokens_per_step, s.step_s, s.batch_per_step) if not b})
+                progress(f"context {context} batch {B:>3} gamma {g}: {1e3 * steps[context][(B, g + 1)]:.1f} ms a "
+                         f"step ({len(full)} steps)")
+    return {"step_s": steps, "prefill": {k: sorted(v.items()) for k, v in prefill.items() if v}}
+
+
+class EngineSteps:
+    """The simulator's step times from :func:`engine_step_table`: a decode step by (batch, gamma), interpolated in
+    batch and, between the measured contexts, linearly in the batch's longest row (the engine pads every row's
+    attention to it); a prefill pass by its tokens, interpolated likewise."""
+
+    def __init__(self, table: dict):
+        from minispec.policy import StepTable
+
+        self.contexts = sorted(table["step_s"])
+        self.tables = [StepTable(table["step_s"][c], {1: 0.0}) for c in self.contexts]
+        self.fit = table["prefill"]
+
+    def _decode(self, context, tokens_per_row: int) -> float:
+        at = [t.target(len(context), tokens_per_row) for t in self.tables]
+        if len(at) == 1:
+            return at[0]
+        (c0, c1), (s0, s1) = self.contexts[:2], at[:2]  # two contexts: linear in the longest row, beyond them too
+        return max(0.0, s0 + (s1 - s0) * (float(max(context)) - c0) / (c1 - c0))
+
+    def plain(self, context):
+        return self._decode(context, 1)
+
+    def speculative(self, context, gamma):
+        return self._decode(context, gamma + 1)
+
+    def prefill(self, batch, prompt_tokens, draft=False):
+        from minispec.policy import _interp
+
+        return _interp(self.fit["draft" if draft and "draft" in self.fit else "plain"], batch * prompt_tokens)
+
+    def kv_budget(self, draft=False):
+        return None
+
+
 def goodput_rate(rows: list[dict], setting: str, attainment: float = 0.9) -> float:
     """DistServe's goodput: the highest rate at which ``attainment`` of the requests met both SLOs (0: none)."""
     return max((r["rate"] for r in rows if r["setting"] == setting and r["slo_met"] >= attainment), default=0.0)

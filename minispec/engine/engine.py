@@ -50,7 +50,7 @@ from minispec.model import Model
 from minispec.policy import FixedPolicy, GammaPolicy, auto_policy
 from minispec.roofline import ModelShape
 from minispec.sampling import SamplingParams
-from minispec.speculative import AUTO_GAMMA_MAX
+from minispec.speculative import AUTO_GAMMA_MAX, accept_reject
 
 KV_BUDGET_BYTES = 1 << 30  # default num_blocks: at most this much KV (target and draft), 1 GiB
 
@@ -65,6 +65,7 @@ class EngineStats:
     draft_tokens: int = 0
     accepted_tokens: int = 0
     tested_tokens: int = 0  # draft tokens the accept test reached (up to each row's first rejection)
+    accepted_per_position: list[int] = field(default_factory=list)  # draft tokens accepted at position (depth) i
     wall_s: float = 0.0  # the run, on the engine's clock
     batch_per_step: list[int] = field(default_factory=list)  # decoding rows
     prefill_per_step: list[int] = field(default_factory=list)  # rows in prefill
@@ -72,6 +73,7 @@ class EngineStats:
     gamma_per_step: list[int] = field(default_factory=list)
     step_s: list[float] = field(default_factory=list)  # seconds each step took
     phase_s: dict[str, float] = field(default_factory=dict)  # prefill, draft, verify, accept, decode
+    synthetic: bool = False  # a synthetic accept rule (a benchmark's Bernoulli(alpha)), not the exact one
 
     @property
     def acceptance_rate(self) -> float | None:
@@ -82,6 +84,11 @@ class EngineStats:
     def mean_acceptance_length(self) -> float | None:
         """Tokens a row gains per draft-verify step: 1 + accepted / drafts."""
         return 1 + self.accepted_tokens / self.num_drafts if self.num_drafts else None
+
+    @property
+    def per_position_acceptance_rates(self) -> list[float]:
+        """vLLM's: the share of drafts accepted through position i."""
+        return [a / self.num_drafts for a in self.accepted_per_position] if self.num_drafts else []
 
     @property
     def alpha_estimate(self) -> float | None:
@@ -102,11 +109,13 @@ class Engine:
     rows decoding. ``block_size`` slots per KV block; ``num_blocks`` blocks (default: room for
     ``max_num_seqs`` sequences of the model's longest length, within 1 GiB of KV, and at least one such
     sequence). ``max_num_seqs`` requests run at once at most; ``max_num_batched_tokens`` the target reads per
-    step at most (prefill chunks plus 1 + K per decoding row).
+    step at most (prefill chunks plus 1 + K per decoding row). ``rule``: the accept rule, as in
+    ``speculative_generate`` (benchmarks of random weights swap in a synthetic one; ``stats.synthetic`` says so).
     """
 
     def __init__(self, target: Model, draft=None, gamma: int | str | GammaPolicy = 4, block_size: int = 16,
-                 num_blocks: int | None = None, max_num_seqs: int = 64, max_num_batched_tokens: int = 2048):
+                 num_blocks: int | None = None, max_num_seqs: int = 64, max_num_batched_tokens: int = 2048, *,
+                 rule=accept_reject):
         if not isinstance(target, Model):
             raise ValueError(f"target must be a minispec Model (minispec.load(...)[0]), got {type(target).__name__}")
         for name, v in (("block_size", block_size), ("max_num_seqs", max_num_seqs),
@@ -126,7 +135,7 @@ class Engine:
         self.block_size, self.max_num_seqs = block_size, max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.num_blocks = num_blocks or self._default_blocks()
-        self.runner = ModelRunner(target, self.draft, self.num_blocks, block_size)
+        self.runner = ModelRunner(target, self.draft, self.num_blocks, block_size, rule)
         self.stats = EngineStats()
 
     def _default_blocks(self) -> int:
@@ -218,7 +227,7 @@ class Engine:
             policy.start()
         scheduler = Scheduler(blocks, self.max_num_seqs, self.max_num_batched_tokens, policy, self.draft.width
                               if self.draft is not None else (lambda g: 0))
-        self.stats = stats = EngineStats()
+        self.stats = stats = EngineStats(synthetic=getattr(self.runner.rule, "synthetic", False))
         self.runner.timer = type(self.runner.timer)(self.target.device)
         pending = deque(sorted(seqs, key=lambda s: s.arrival_s))
         clock = _Clock(realtime)
@@ -238,6 +247,10 @@ class Engine:
             stats.steps += 1
             for name in ("num_drafts", "draft_tokens", "accepted_tokens", "tested_tokens"):
                 setattr(stats, name, getattr(stats, name) + getattr(result, name))
+            at = stats.accepted_per_position
+            at.extend([0] * (len(result.accepted_per_position) - len(at)))
+            for i, a in enumerate(result.accepted_per_position):
+                at[i] += a
             stats.batch_per_step.append(len(plan.decode))
             stats.prefill_per_step.append(len(plan.prefill))
             stats.tokens_per_step.append(plan.tokens)

@@ -35,7 +35,7 @@ from minispec.engine.request import Sequence
 from minispec.engine.scheduler import StepPlan
 from minispec.model import Model
 from minispec.sampling import Sampler, probabilities
-from minispec.speculative import speculative_step
+from minispec.speculative import accept_reject, speculative_step
 from minispec.timing import PhaseTimer
 
 
@@ -71,14 +71,15 @@ class StepResult:
     draft_tokens: int = 0  # tokens proposed
     accepted_tokens: int = 0  # draft tokens accepted (in a row's last step, also those max_new_tokens cut)
     tested_tokens: int = 0  # draft tokens the accept test reached (up to each row's first rejection)
+    accepted_per_position: list[int] = field(default_factory=list)  # draft tokens accepted at position (depth) i
 
 
 class ModelRunner:
     """Runs a :class:`~minispec.engine.scheduler.StepPlan` on the target and draft, KV in ``num_blocks`` blocks."""
 
-    def __init__(self, target: Model, draft: Draft | None, num_blocks: int, block_size: int):
+    def __init__(self, target: Model, draft: Draft | None, num_blocks: int, block_size: int, rule=accept_reject):
         cfg = target.config
-        self.target, self.draft = target, draft
+        self.target, self.draft, self.rule = target, draft, rule
         self.pool = PagedPool(cfg.num_hidden_layers, num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim,
                               target.device, target.dtype)
         self.drafter = None if draft is None else paged_draft(draft, target, num_blocks, block_size)
@@ -152,7 +153,7 @@ class ModelRunner:
                 run.skipped(h)
             n = offered = torch.zeros_like(start)  # (B,)
         else:
-            path, _, offered = speculative_step(self.target, cache, run, state, sampler, gamma, self.timer)
+            path, _, offered = speculative_step(self.target, cache, run, state, sampler, gamma, self.timer, self.rule)
             n = (path > 0).sum(1)  # (B,) draft tokens accepted
         j = torch.arange(1 + width, device=dev)
         at = (start[:, None] + j).clamp_max(state.slots - 1)  # (B, 1 + width) the row's new tokens' positions
@@ -166,6 +167,10 @@ class ModelRunner:
             result.draft_tokens += off
             result.accepted_tokens += acc
             result.tested_tokens += min(acc + 1, off)
+            at = result.accepted_per_position
+            at.extend([0] * (acc - len(at)))
+            for i in range(acc):
+                at[i] += 1
         if self.drafter is not None:
             self.drafter.after(run, rows, speculative=gamma > 0)
 

@@ -53,9 +53,11 @@ class StepPlan:
 
 class Scheduler:
     def __init__(self, blocks: BlockManager, max_num_seqs: int = 64, max_num_batched_tokens: int = 2048,
-                 policy: GammaPolicy | None = None, width: Callable[[int], int] = lambda gamma: gamma):
-        """``policy`` chooses gamma each step (None: plain decoding); ``width(gamma)`` is the lookahead a row needs."""
-        self.blocks, self.policy, self.width = blocks, policy, width
+                 policy: GammaPolicy | None = None, width: Callable[[int], int] = lambda gamma: gamma,
+                 context: bool = True):
+        """``policy`` chooses gamma each step (None: plain decoding); ``width(gamma)`` is the lookahead a row needs;
+        ``context``: tell the policy the decoding rows' mean context (False: it plans at its own default)."""
+        self.blocks, self.policy, self.width, self.context = blocks, policy, width, context
         self.max_num_seqs, self.max_num_batched_tokens = max_num_seqs, max_num_batched_tokens
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # in admission order: the last is the youngest
@@ -74,7 +76,7 @@ class Scheduler:
         plan = StepPlan()
         if decoding and self.policy is not None:
             context = sum(s.num_computed for s in decoding) / len(decoding)  # mean KV tokens per decoding row
-            plan.gamma = self.policy.choose(len(decoding), context)
+            plan.gamma = self.policy.choose(len(decoding), context if self.context else None)
             plan.width = self.width(plan.gamma) if plan.gamma else 0
         i = 0
         while i < len(self.running) and budget > 0:

@@ -62,6 +62,7 @@ def test_greedy_equals_plain_greedy_per_request_under_staggered_arrivals(embedde
     # speculative_generate's greedy rows are each as alone (tests/test_speculative.py)
     ref = minispec.speculative_generate(target, draft, prompts, gamma=4, max_new_tokens=32)
     assert engine.stats.accepted_tokens == ref.stats.accepted_tokens > 0
+    assert engine.stats.accepted_per_position == ref.stats.accepted_per_position
     assert [o.accepted for o in outs] == ref.accepted
 
 
