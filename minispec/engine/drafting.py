@@ -136,20 +136,16 @@ class PagedEagleDraft(PagedDraft):
         return self.pool.nbytes + self.feats.numel() * self.feats.element_size()
 
     def prefill(self, chunk, features):
-        """Store the chunk's features, then read the pairs (f_t, x_{t+1}) as :class:`~minispec.eagle._EagleRun` reads
-        a prompt. A chunk's last pair waits for its next token: the next chunk reads it first, or the first catch-up
-        (lag 1) does."""
+        """Store the chunk's features, then read its pairs (f_t, x_{t+1}) as :class:`~minispec.eagle._EagleRun` reads
+        a prompt. x_{t+1} is the row's next token, known for every pair but a new request's last (its first output
+        is not drawn yet): that pair is stale until the first catch-up (lag 1) reads it."""
         m, T, S = self.draft.model, chunk.tokens.shape[1], chunk.seq.shape[1]
         view = self.pool.view(chunk.tables, chunk.starts)
-        feats = PagedRows(self.feats, view, S)
         t = chunk.starts[:, None] + torch.arange(T, device=chunk.tokens.device)  # (B, T) the chunk's positions
-        feats.scatter_(1, t[..., None], features)  # past a row's chunk: stale or scratch slots
-        first = (chunk.starts - 1).clamp_min(0)  # (B,) the pair the previous chunk left waiting, if any
-        t = first[:, None] + torch.arange(T, device=t.device)  # (B, T) pairs to read; past a row's own: padding
-        view.rollback(first)
-        view.trim(max(chunk.bound - 1, 0))
-        x = chunk.seq.gather(1, (t + 1).clamp_max(S - 1))  # (B, T) x_{t+1}
-        m(m.fuse(self.draft.embed(x), feats.gather(1, t[..., None]), True), view)  # (B, T, C)
+        PagedRows(self.feats, view, S).scatter_(1, t[..., None], features)  # kept for catch-ups; padding: stale
+        view.trim(chunk.bound)
+        x = chunk.seq.gather(1, (t + 1).clamp_max(S - 1))  # (B, T) x_{t+1}; past a row's chunk: padding
+        m(m.fuse(self.draft.embed(x), features, True), view)  # (B, T, C) pairs t of the chunk
 
     def run(self, state, sampler, rows, tables):
         d = self.draft

@@ -239,6 +239,9 @@ class Engine:
                 clock.wait_until(pending[0].arrival_s)
                 continue
             plan = scheduler.schedule()
+            if not plan.decode and not plan.prefill:  # cannot happen: every request fits the cache alone
+                raise RuntimeError(f"the scheduler found nothing to run ({len(scheduler.running)} running, "
+                                   f"{len(scheduler.waiting)} waiting, {blocks.num_free} free blocks)")
             result = self.runner.execute(plan)
             end = clock.now()
             scheduler.update(plan, result.new, end)

@@ -66,6 +66,19 @@ def test_greedy_equals_plain_greedy_per_request_under_staggered_arrivals(embedde
     assert [o.accepted for o in outs] == ref.accepted
 
 
+@pytest.mark.parametrize("name", ["model", "eagle"])
+def test_prompts_prefilled_in_chunks_keep_every_token_and_every_acceptance(embedded, name):
+    """16 tokens a step: each 60-to-81-token prompt is prefilled over several steps, its draft's state (KV, EAGLE's
+    features and pairs) chunk by chunk, and the run accepts what a one-pass prefill accepts."""
+    target, _, _, prompts = embedded
+    draft, long = pick(embedded, name), [list(sample_text("code")[400 * i: 400 * i + 60 + 7 * i]) for i in range(4)]
+    engine = Engine(target, draft, gamma=4, max_num_batched_tokens=16)
+    outs = engine.run([Request(p, 24) for p in long])
+    ref = minispec.speculative_generate(target, draft, long, gamma=4, max_new_tokens=24)
+    assert ([o.tokens for o in outs], [o.accepted for o in outs]) == (ref.tokens, ref.accepted)
+    assert max(engine.stats.tokens_per_step) <= 16 and sum(engine.stats.prefill_per_step) >= 4 * 4
+
+
 @pytest.mark.parametrize("name", DRAFTS)
 def test_seeded_sampled_requests_equal_their_run_alone(embedded, name):
     """Fixed gamma, float32 on the CPU: a request's tokens are speculative_generate's for its prompt and seed alone."""

@@ -121,3 +121,28 @@ def test_every_block_comes_back_after_a_run(name):
     engine = Engine(target, drafter, gamma=3, block_size=4, num_blocks=20)
     outs = engine.run([Request([i + 1] * (3 + i), 12, temperature=1.0, seed=i) for i in range(8)])
     assert all(len(o.tokens) == 12 for o in outs) and engine.blocks.num_free == 20 and engine.stats.preemptions > 0
+
+
+def test_a_draft_model_catches_up_rows_of_different_lags():
+    """Rows whose drafts last read 2 and 5 tokens ago (a policy turned speculation off for one of them meanwhile)
+    catch up in one pass at one width: each row's draft logits are the draft's over its whole sequence."""
+    from minispec.engine.drafting import PagedModelDraft
+    from minispec.engine.runner import BatchState
+    from minispec.sampling import Sampler, SamplingParams
+
+    draft = random_model(seed=1, layers=1, hidden=32, heads=2, kv_heads=1)
+    keeper = PagedModelDraft(minispec.drafts.ModelDraft(draft), draft, num_blocks=8, block_size=4)
+    rows = [Sequence(3, 10, tokens=[5, 6, 7, 8, 9], num_tokens=5, block_table=[3, 1], lag=2),
+            Sequence(2, 10, tokens=[1, 2, 3, 4, 5, 6, 7], num_tokens=7, block_table=[0, 6], lag=5)]
+    state, tables = BatchState(rows, 5, "cpu"), torch.tensor([[3, 1, 8], [0, 6, 8]])
+    read = torch.tensor([5 - 2, 7 - 5])  # what each row's draft KV already holds
+    with torch.inference_mode():
+        cache = keeper.pool.view(tables, torch.zeros(2, dtype=torch.long))
+        draft(torch.tensor([[5, 6, 7, 0, 0], [1, 2, 0, 0, 0]]), cache)  # the rows' first tokens (and padding)
+        run = keeper.run(state, Sampler(SamplingParams(), [0, 0], 2), rows, tables)
+        run.cache.rollback(read)
+        logits, _ = run.catch_up(state)  # (B, V)
+        for b, s in enumerate(rows):
+            assert torch.allclose(logits[b], draft(torch.tensor([s.tokens]))[0, -1], atol=1e-5)
+        keeper.after(run, rows, speculative=False)
+    assert [s.lag for s in rows] == [3, 6]
