@@ -1,4 +1,4 @@
-"""The block manager: KV-cache slots in fixed-size blocks, a free list, and one block table per sequence.
+"""The block manager: KV-cache slots in fixed-size blocks, handed from a free list to each sequence's block table.
 
 The cache is ``num_blocks`` blocks of ``block_size`` slots. A sequence's logical slot s (its
 token at position s) lives in block ``block_table[s // block_size]`` at offset ``s % block_size``,

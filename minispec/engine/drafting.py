@@ -1,6 +1,6 @@
 """Draft state that outlives a step: each draft's per-row memory kept in the engine's blocks.
 
-In :func:`~minispec.speculative.speculative_generate` a draft's :class:`~minispec.drafts.DraftRun`
+In :func:`~minispec.speculative.loop.speculative_generate` a draft's :class:`~minispec.drafts.base.DraftRun`
 lives for one call over a fixed batch. In the engine rows join and leave between steps, so what
 a draft remembers per row is kept where the target's KV is, in the same blocks under the same
 block table (as vLLM keeps a draft model's KV), and a fresh ``DraftRun`` is assembled over each
@@ -26,13 +26,16 @@ from typing import NamedTuple
 
 import torch
 
-from minispec.decode import DecodeState
-from minispec.drafts import Draft, DraftRun, ModelDraft, PromptLookupDraft, TreeDraft, _ModelRun, _TreeRun
-from minispec.eagle import EagleDraft, _EagleRun
+from minispec.decoding.plain import DecodeState
+from minispec.decoding.sampling import Sampler
+from minispec.drafts.base import Draft, DraftRun
+from minispec.drafts.eagle import EagleDraft, _EagleRun
+from minispec.drafts.lookup import PromptLookupDraft
+from minispec.drafts.model import ModelDraft, _ModelRun
+from minispec.drafts.tree import TreeDraft, _TreeRun
 from minispec.engine.paged import PagedPool, PagedRows
 from minispec.engine.request import Sequence
-from minispec.model import Model
-from minispec.sampling import Sampler
+from minispec.model.llama import Model
 
 
 class Chunk(NamedTuple):
@@ -136,9 +139,10 @@ class PagedEagleDraft(PagedDraft):
         return self.pool.nbytes + self.feats.numel() * self.feats.element_size()
 
     def prefill(self, chunk, features):
-        """Store the chunk's features, then read its pairs (f_t, x_{t+1}) as :class:`~minispec.eagle._EagleRun` reads
-        a prompt. x_{t+1} is the row's next token, known for every pair but a new request's last (its first output
-        is not drawn yet): that pair is stale until the first catch-up (lag 1) reads it."""
+        """Store the chunk's features, then read its pairs (f_t, x_{t+1}) as
+        :class:`~minispec.drafts.eagle._EagleRun` reads a prompt. x_{t+1} is the row's next token, known for every
+        pair but a new request's last (its first output is not drawn yet): that pair is stale until the first
+        catch-up (lag 1) reads it."""
         m, T, S = self.draft.model, chunk.tokens.shape[1], chunk.seq.shape[1]
         view = self.pool.view(chunk.tables, chunk.starts)
         t = chunk.starts[:, None] + torch.arange(T, device=chunk.tokens.device)  # (B, T) the chunk's positions

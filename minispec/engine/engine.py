@@ -20,7 +20,7 @@ next arrival instead of waiting for it. Times in the outputs are on this clock.
 Sampled, each has the target's distribution; with its own ``seed`` and a fixed gamma its tokens
 are those of ``speculative_generate(target, draft, [prompt], seed=[seed], gamma=gamma)`` alone,
 whatever else runs and however often it is preempted, wherever the logits do not depend on the
-batch (float32 on a CPU: tested; bf16 on a GPU: not promised, see :mod:`minispec.sampling`). A
+batch (float32 on a CPU: tested; bf16 on a GPU: not promised, see :mod:`minispec.decoding.sampling`). A
 policy that changes gamma with the batch changes which tokens the draft proposes, so the tokens
 (not their distribution) then depend on the traffic.
 
@@ -40,17 +40,18 @@ import warnings
 from collections import deque
 from dataclasses import dataclass, field
 
-from minispec.drafts import as_draft
+from minispec.decoding.sampling import SamplingParams
+from minispec.drafts.model import as_draft
 from minispec.engine.blocks import BlockManager
 from minispec.engine.request import Request, RequestOutput, Sequence, fresh_seed
 from minispec.engine.runner import ModelRunner
 from minispec.engine.scheduler import Scheduler
-from minispec.hardware import device_hardware, is_calibrated, preset_for
-from minispec.model import Model
-from minispec.policy import FixedPolicy, GammaPolicy, auto_policy
+from minispec.model.llama import Model
 from minispec.roofline import ModelShape
-from minispec.sampling import SamplingParams
-from minispec.speculative import AUTO_GAMMA_MAX, accept_reject
+from minispec.roofline.hardware import device_hardware, is_calibrated, preset_for
+from minispec.roofline.policy import FixedPolicy, GammaPolicy, auto_policy
+from minispec.speculative.loop import AUTO_GAMMA_MAX
+from minispec.speculative.rule import accept_reject
 
 KV_BUDGET_BYTES = 1 << 30  # default num_blocks: at most this much KV (target and draft), 1 GiB
 
@@ -102,10 +103,10 @@ class EngineStats:
 class Engine:
     """Continuous batching with speculative decoding and a paged KV cache, on one device.
 
-    ``draft``: None (plain decoding), a draft ``Model``, or a :class:`~minispec.drafts.Draft`
+    ``draft``: None (plain decoding), a draft ``Model``, or a :class:`~minispec.drafts.base.Draft`
     (``PromptLookupDraft()``, ``LayerSkipDraft``, ``EagleDraft``, ``TreeDraft``). ``gamma``: draft tokens
     per step, ``"auto"`` (the roofline policy, as in ``speculative_generate``) or a
-    :class:`~minispec.policy.GammaPolicy` (e.g. vLLM's ``BatchTablePolicy``), chosen each step from the
+    :class:`~minispec.roofline.policy.GammaPolicy` (e.g. vLLM's ``BatchTablePolicy``), chosen each step from the
     rows decoding. ``block_size`` slots per KV block; ``num_blocks`` blocks (default: room for
     ``max_num_seqs`` sequences of the model's longest length, within 1 GiB of KV, and at least one such
     sequence). ``max_num_seqs`` requests run at once at most; ``max_num_batched_tokens`` the target reads per
@@ -289,7 +290,7 @@ def _policy(gamma, target: Model, draft) -> GammaPolicy:
     if gamma == "auto":
         if preset_for(target.device) is None and not is_calibrated(target.device, target.dtype):
             warnings.warn(f"gamma='auto' measures {target.device}'s bandwidth and FLOP/s once for this process "
-                          "(about a second); call minispec.hardware.calibrate() beforehand to do it up front",
+                          "(about a second); call minispec.roofline.hardware.calibrate() beforehand to do it up front",
                           stacklevel=3)
         return auto_policy(ModelShape.from_model(target), draft.shape, device_hardware(target.device, target.dtype),
                            gamma_max=AUTO_GAMMA_MAX)

@@ -4,7 +4,7 @@
 ``k[layer]`` is (P, K, D) with P = (num_blocks + 1) x block_size physical slots (the last block is
 the scratch block, see :mod:`minispec.engine.blocks`). For one step the runner takes a
 :class:`PagedCache` *view* of it for the rows it runs: their block tables (B, nb) and KV lengths
-(B,). The view speaks the protocol of :class:`minispec.kv_cache.KVCache` (``lengths``, ``begin``,
+(B,). The view speaks the protocol of :class:`minispec.model.kv_cache.KVCache` (``lengths``, ``begin``,
 ``update``, ``end``, ``rollback``, ``trim``, ``compact``), so the model, the speculative step and
 every draft run on it unchanged.
 
@@ -46,7 +46,7 @@ class PagedPool:
 
 
 class PagedCache:
-    """One step's rows of a :class:`PagedPool`, as a :class:`~minispec.kv_cache.KVCache`."""
+    """One step's rows of a :class:`PagedPool`, as a :class:`~minispec.model.kv_cache.KVCache`."""
 
     static = False
 
@@ -95,7 +95,7 @@ class PagedCache:
         self.bound = max_length
 
     def compact(self, base: torch.Tensor, src: torch.Tensor) -> None:
-        """As :meth:`minispec.kv_cache.KVCache.compact`: slot base + src[b, k] moves to base + 1 + k (src -1: stays)."""
+        """As :meth:`minispec.model.kv_cache.KVCache.compact`: slot base + src[b, k] goes to base + 1 + k."""
         D = src.shape[1]
         dst = base[:, None] + 1 + torch.arange(D, device=src.device)  # (B, D)
         src = torch.where(src >= 0, base[:, None] + src, dst)  # (B, D)

@@ -21,7 +21,7 @@ import random
 from dataclasses import dataclass, field
 from enum import Enum, auto
 
-from minispec.sampling import SamplingParams
+from minispec.decoding.sampling import SamplingParams
 
 
 @dataclass

@@ -6,18 +6,18 @@ variable-length attention; here each is a padded batch, so a 500-token prefill c
 
 - **prefill**: the rows in prefill compute their chunk's KV (and the draft reads it too); a row
   whose prompt is now complete draws its first token from the last position's logits, exactly as
-  :func:`minispec.decode.prefill` and :func:`~minispec.decode.first_token` do.
-- **decode**: the decoding rows run :func:`minispec.speculative.speculative_step` (draft,
+  :func:`minispec.decoding.plain.prefill` and :func:`~minispec.decoding.plain.first_token` do.
+- **decode**: the decoding rows run :func:`minispec.speculative.loop.speculative_step` (draft,
   verify, accept, roll back), the package's own step, on a batch view: a
-  :class:`BatchState` (the rows' tokens as one call's :class:`~minispec.decode.DecodeState`), a
+  :class:`BatchState` (the rows' tokens as one call's :class:`~minispec.decoding.plain.DecodeState`), a
   :class:`~minispec.engine.paged.PagedCache` over their block tables, a draft run assembled from
-  the blocks (:mod:`minispec.engine.drafting`), and a :class:`~minispec.sampling.Sampler` keyed by
-  each row's own seed. gamma 0 is a plain :func:`~minispec.decode.decode_step`.
+  the blocks (:mod:`minispec.engine.drafting`), and a :class:`~minispec.decoding.sampling.Sampler` keyed by
+  each row's own seed. gamma 0 is a plain :func:`~minispec.decoding.plain.decode_step`.
 
 Rows with different sampling settings (temperature, top-k, top-p) run as separate groups, one
 pass each: the package's sampler applies one setting to a batch (a per-row sampler is where vLLM
 differs). A row's random numbers are keyed by its seed and positions only, and its tokens depend
-on no other row wherever its logits do not (float32 on a CPU; see :mod:`minispec.sampling`).
+on no other row wherever its logits do not (float32 on a CPU; see :mod:`minispec.decoding.sampling`).
 """
 
 from __future__ import annotations
@@ -27,20 +27,21 @@ from dataclasses import dataclass, field
 
 import torch
 
-from minispec.decode import DecodeState, decode_step
-from minispec.drafts import Draft
+from minispec.decoding.plain import DecodeState, decode_step
+from minispec.decoding.sampling import Sampler, probabilities
+from minispec.decoding.timing import PhaseTimer
+from minispec.drafts.base import Draft
 from minispec.engine.drafting import Chunk, paged_draft
 from minispec.engine.paged import PagedPool
 from minispec.engine.request import Sequence
 from minispec.engine.scheduler import StepPlan
-from minispec.model import Model
-from minispec.sampling import Sampler, probabilities
-from minispec.speculative import accept_reject, speculative_step
-from minispec.timing import PhaseTimer
+from minispec.model.llama import Model
+from minispec.speculative.loop import speculative_step
+from minispec.speculative.rule import accept_reject
 
 
 class BatchState(DecodeState):
-    """One step's rows as a :class:`~minispec.decode.DecodeState`: their tokens, lengths and per-row limits.
+    """One step's rows as a :class:`~minispec.decoding.plain.DecodeState`: their tokens, lengths and per-row limits.
 
     Per-row EOS is left to the engine (each row's own set, on the host, after the step), so ``eos`` is None here;
     ``max_new`` is a tensor (B,), so each row stops at its own max_new_tokens.
@@ -120,7 +121,7 @@ class ModelRunner:
         cache = self.pool.view(chunk.tables, chunk.starts)
         cache.trim(chunk.bound)
         last = chunk.last[:, None]  # (B, 1)
-        if self.features:  # as minispec.decode.prefill: every position's features, then the last logits
+        if self.features:  # as minispec.decoding.plain.prefill: every position's features, then the last logits
             logits, h = self.target(chunk.tokens, cache, features=self.features)  # (B, T, V), (B, T, F)
             logits = logits.gather(1, last[..., None].expand(-1, -1, logits.shape[-1]))[:, 0]  # (B, V)
         else:

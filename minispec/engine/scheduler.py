@@ -1,4 +1,4 @@
-"""The scheduler: which rows run this step, how many tokens each feeds, and gamma, under a token budget.
+"""The scheduler: which rows run each step and how many tokens each feeds, within a token budget.
 
 One scheduler, two executors: :class:`~minispec.engine.runner.ModelRunner` runs a step's plan on
 the models and measures it; :func:`minispec.serving.simulate` charges it a modelled time and draws
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from minispec.engine.blocks import BlockManager
 from minispec.engine.request import Sequence, Status
-from minispec.policy import GammaPolicy
+from minispec.roofline.policy import GammaPolicy
 
 
 @dataclass

@@ -6,11 +6,11 @@ import torch
 
 import minispec
 from conftest import random_model
+from minispec.course.grader import tv_bound
+from minispec.decoding.sampling import SamplingParams, probabilities
 from minispec.engine import Engine, Request
-from minispec.grader import tv_bound
-from minispec.load import sample_text
-from minispec.policy import BatchTablePolicy
-from minispec.sampling import SamplingParams
+from minispec.model.load import sample_text
+from minispec.roofline.policy import BatchTablePolicy
 
 DRAFTS = ["model", "lookup", "eagle"]
 
@@ -150,7 +150,7 @@ def exact_joint(target, prompt, params, n):
     """The target's distribution of the first n generated tokens (index t1 V^(n-1) + ... + tn)."""
     seqs, probs = torch.tensor([prompt]), torch.ones(1)
     for _ in range(n):
-        p = minispec.sampling.probabilities(target(seqs)[:, -1], params)  # (N, V)
+        p = probabilities(target(seqs)[:, -1], params)  # (N, V)
         probs = (probs[:, None] * p).flatten()
         seqs = torch.cat([seqs.repeat_interleave(V, 0), torch.arange(V).repeat(len(seqs))[:, None]], 1)
     return probs

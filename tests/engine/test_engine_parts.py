@@ -5,12 +5,16 @@ import torch
 
 import minispec
 from conftest import random_model
+from minispec.decoding.sampling import Sampler, SamplingParams
+from minispec.drafts.model import ModelDraft
 from minispec.engine import Engine, Request
 from minispec.engine.blocks import BlockManager
+from minispec.engine.drafting import PagedModelDraft
 from minispec.engine.paged import PagedPool
 from minispec.engine.request import Sequence
+from minispec.engine.runner import BatchState
 from minispec.engine.scheduler import Scheduler
-from minispec.policy import FixedPolicy
+from minispec.roofline.policy import FixedPolicy
 
 # --- blocks ---------------------------------------------------------------------------------------
 
@@ -126,12 +130,9 @@ def test_every_block_comes_back_after_a_run(name):
 def test_a_draft_model_catches_up_rows_of_different_lags():
     """Rows whose drafts last read 2 and 5 tokens ago (a policy turned speculation off for one of them meanwhile)
     catch up in one pass at one width: each row's draft logits are the draft's over its whole sequence."""
-    from minispec.engine.drafting import PagedModelDraft
-    from minispec.engine.runner import BatchState
-    from minispec.sampling import Sampler, SamplingParams
 
     draft = random_model(seed=1, layers=1, hidden=32, heads=2, kv_heads=1)
-    keeper = PagedModelDraft(minispec.drafts.ModelDraft(draft), draft, num_blocks=8, block_size=4)
+    keeper = PagedModelDraft(ModelDraft(draft), draft, num_blocks=8, block_size=4)
     rows = [Sequence(3, 10, tokens=[5, 6, 7, 8, 9], num_tokens=5, block_table=[3, 1], lag=2),
             Sequence(2, 10, tokens=[1, 2, 3, 4, 5, 6, 7], num_tokens=7, block_table=[0, 6], lag=5)]
     state, tables = BatchState(rows, 5, "cpu"), torch.tensor([[3, 1, 8], [0, 6, 8]])
