@@ -185,7 +185,7 @@ class EngineSteps:
     the host's bookkeeping included), as :func:`minispec.tools.serve_bench.engine_step_table` measures them.
 
     ``step_s[context][(batch, gamma + 1)]``: seconds of a decode step with every row at about ``context`` KV
-    tokens, interpolated linearly in batch and, between the two smallest contexts measured, linearly in the
+    tokens, interpolated linearly in batch and in gamma, and, between the two smallest contexts measured, in the
     batch's *longest* row (the engine pads every row's attention to it; beyond them, along the same line).
     ``prefill_s[kind]``: (tokens, seconds) of prefill passes, ``"plain"`` and ``"draft"`` (the draft reading the
     prompt too), interpolated in the pass's tokens. A step that decodes and prefills costs both, as in the engine.
@@ -200,8 +200,15 @@ class EngineSteps:
         if not self.prefill_s.get("plain"):
             raise ValueError("EngineSteps needs plain prefill times")
 
+    def _width(self, table: StepTable, batch: int, tokens_per_row: int) -> float:
+        """A step at this batch, interpolated linearly between the widths measured (1 + gamma tokens a row)."""
+        widths = table.tokens_per_row
+        if tokens_per_row in widths:
+            return table.target(batch, tokens_per_row)
+        return _interp([(w, table.target(batch, w)) for w in widths], tokens_per_row)
+
     def _decode(self, context: np.ndarray, tokens_per_row: int) -> float:
-        at = [t.target(len(context), tokens_per_row) for t in self.tables]
+        at = [self._width(t, len(context), tokens_per_row) for t in self.tables]
         if len(at) == 1:
             return at[0]
         (c0, c1), (s0, s1) = self.contexts[:2], at[:2]

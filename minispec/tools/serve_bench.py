@@ -108,7 +108,7 @@ def engine_step_table(target, draft, batches, gammas, contexts, text: list[int],
                 engine = Engine(target, draft if g else None, gamma=g or 1, max_num_seqs=B,
                                 max_num_batched_tokens=B * (context + 1 + g))  # every prompt in one prefill step
                 stride = max(1, (len(text) - context) // B)
-                engine.run([Request(text[i * stride: i * stride + context], 6 * (1 + g)) for i in range(B)])
+                engine.run([Request(text[i * stride: i * stride + context], 4 * (1 + g)) for i in range(B)])
                 s = engine.stats
                 full = [t for t, b, p in zip(s.step_s, s.batch_per_step, s.prefill_per_step) if b == B and not p]
                 steps[context][(B, g + 1)] = statistics.median(full)
@@ -117,6 +117,18 @@ def engine_step_table(target, draft, batches, gammas, contexts, text: list[int],
                 progress(f"engine step, context {context}, batch {B}, gamma {g}: "
                          f"{1e3 * steps[context][(B, g + 1)]:.1f} ms ({len(full)} steps)")
     return EngineSteps(steps, {k: sorted(v.items()) for k, v in prefill.items() if v})
+
+
+TABLE_K = 4  # the largest K the measured vLLM table may choose
+
+
+def _gamma_max(gamma) -> int:
+    """The longest draft a setting's gamma may take: an int, "auto" (AUTO_GAMMA_MAX), "table" or a policy's."""
+    from minispec.speculative.loop import AUTO_GAMMA_MAX
+
+    if isinstance(gamma, GammaPolicy):
+        return gamma.gamma_max
+    return {"auto": AUTO_GAMMA_MAX, "table": TABLE_K}.get(gamma, gamma)
 
 
 def vllm_batch_table(steps: EngineSteps, alpha: float, gamma_max: int, largest_batch: int) -> BatchTablePolicy:
@@ -229,6 +241,7 @@ def plot(rows: list[dict], cfg: LoadConfig, title: str = ""):
                              (met, "% of requests", "meeting both SLOs"), (thr, "output tokens/s", "throughput")):
         ax.set(xlabel="arrival rate (requests/s)", ylabel=ylabel, title=name, xscale="log")
         ax.set_xticks(list(cfg.rates), [f"{r:g}" for r in cfg.rates])
+        ax.minorticks_off()
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="xx-small")
     ttft.set_yscale("log")
@@ -247,20 +260,21 @@ def serve_bench(target, settings: dict[str, dict], cfg: LoadConfig, text: list[i
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".jsonl").unlink(missing_ok=True)
     drafts = {id(kw.get("draft")): kw.get("draft") for kw in settings.values()}
-    G = max([kw["gamma"] for kw in settings.values() if isinstance(kw.get("gamma"), int)] + [4])
+    G = max(_gamma_max(kw.get("gamma", 4)) for kw in settings.values())  # the widest step any setting may take
+    gammas = [g for g in (0, 1, 2, 3, 4, 6, 8) if g <= G] + ([G] if G > 8 else [])  # others: interpolated
     steps = {}
     if simulate_too or any(kw.get("gamma") == "table" for kw in settings.values()):  # measured beside the sweep
         B = sorted({b for b in (1, 4, 16) if b < cfg.max_num_seqs} | {cfg.max_num_seqs // 2, cfg.max_num_seqs})
         contexts = (cfg.prompt.mean, cfg.prompt.mean + cfg.output.mean + cfg.output.mean // 2)  # typical, longest
-        tables = {k: engine_step_table(target, d, B, range(G + 1) if d is not None else (0,), contexts, text,
-                                       progress) for k, d in drafts.items()}
+        tables = {k: engine_step_table(target, d, B, gammas if d is not None else (0,), contexts, text, progress)
+                  for k, d in drafts.items()}
         steps = {name: tables[id(kw.get("draft"))] for name, kw in settings.items()}
     settings = dict(settings)
     for name, kw in settings.items():
         if kw.get("gamma") == "table":
-            probe = Engine(target, kw["draft"], gamma=G)
+            probe = Engine(target, kw["draft"], gamma=TABLE_K)
             probe.run([replace(r, arrival_s=0.0) for r in traffic(cfg.rates[0], cfg, text)[0][:8]])
-            settings[name] = kw | {"gamma": vllm_batch_table(steps[name], probe.stats.alpha_estimate or 0.0, G,
+            settings[name] = kw | {"gamma": vllm_batch_table(steps[name], probe.stats.alpha_estimate or 0.0, TABLE_K,
                                                              cfg.max_num_seqs)}
             progress(f"{name}: vLLM's table {settings[name]['gamma'].ranges} at alpha "
                      f"{probe.stats.alpha_estimate:.2f}")
@@ -285,3 +299,33 @@ def serve_bench(target, settings: dict[str, dict], cfg: LoadConfig, text: list[i
         plot(rows, cfg, f"{env['hardware']}: the engine measured (solid), the simulator (dashed)").savefig(
             out.with_suffix(".png"), dpi=120)
     return rows
+
+
+def run(target: str = "tiny-code-target", draft: str | None = "tiny-code-draft", gammas: tuple[str, ...] = ("4",),
+        cfg: LoadConfig = LoadConfig(), out: str | Path | None = "serve_bench", device=None, dtype=None,
+        threads: int | None = None, accept_rate: float | None = None, simulate_too: bool = True,
+        progress=print) -> tuple[list[dict], str]:
+    """``minispec serve-bench``: load the pair by name, then :func:`serve_bench` plain decoding against one setting
+    per entry of ``gammas`` (an integer, ``"auto"`` or ``"table"``). ``accept_rate``: a synthetic Bernoulli(alpha)
+    acceptance (for random weights; the tokens do not follow p then). Returns the rows and the report."""
+    from minispec.speculative.rule import accept_reject
+    from minispec.tools.bench import SyntheticAcceptance
+    from minispec.tools.pair import load_pair, prompt_tokens
+
+    for g in gammas:  # everything is checked before any model loads
+        if not (g in ("auto", "table") or g.isdigit() and int(g) >= 1):
+            raise ValueError(f"each gamma must be an integer >= 1, auto or table, got {g!r}")
+    if gammas and draft is None:
+        raise ValueError("speculative settings need a draft (--draft)")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
+        raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
+    rule = accept_reject if accept_rate is None else SyntheticAcceptance(accept_rate)  # checks the rate
+    if threads is not None:
+        torch.set_num_threads(threads)
+    model, tok, drafter = load_pair(target, draft, device, dtype)
+    text = prompt_tokens(tok) or torch.randint(0, model.config.vocab_size, (1 << 16,),
+                                               generator=torch.Generator().manual_seed(cfg.seed)).tolist()
+    settings = {"plain": {}} | {(f"gamma {g}" if g.isdigit() else g): dict(
+        draft=drafter, gamma=int(g) if g.isdigit() else g, rule=rule) for g in gammas}
+    rows = serve_bench(model, settings, cfg, text, out, simulate_too, progress)
+    return rows, report(rows, cfg)
