@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # The whole GPU check in one command, from the repository root: scripts/gpu_bench.sh [OUT]   (default results/h200)
-# About 9 minutes on one H200, with no network and nothing installed (torch, transformers, pytest, nbclient and
+# About 12 minutes on one H200, with no network and nothing installed (torch, transformers, pytest, nbclient and
 # ipykernel already there). TORCH_LOGS=recompiles logs every recompilation, with its reason, into each part's output.
 # Each part has its own time limit and writes its files as it goes, so a part that fails or runs out of time keeps
 # what it had and the next part still runs:
 #   1. gpu.txt                the GPU, driver, torch and transformers versions
 #   2. scripts/gpu_bench.py   log.txt, step_times.jsonl, sweep.jsonl, summary.json, speedup_vs_batch.png, compile.json
 #   3. the gpu-marked tests   gpu_tests.txt
+#   3b. minispec serve-bench  engine_load.{jsonl,png,txt,log}: the engine (continuous batching, paged KV, speculation)
+#                             under Poisson load on the 8B shape (random weights, bf16) with the 2-layer draft at a
+#                             synthetic alpha 0.8: plain against gamma 4 and against vLLM's batch-size table measured
+#                             there, TTFT/TPOT/goodput by arrival rate, the simulator on the engine's step times beside
+#                             it. Eager only: the engine's batch and context change every step, so compiling it would
+#                             need CUDA graphs per batch size and a paged-attention kernel (vLLM has both; this engine
+#                             gathers KV through block tables in plain PyTorch), not torch.compile of fixed shapes.
 #   4. every lesson           lessons/NN_*.ipynb (executed, with outputs), lessons.jsonl (per lesson: status, seconds,
 #                             graphs Dynamo compiled, recompiles logged, whether the recompile limit was hit),
 #                             lessons.txt (the same, as a table)
@@ -20,7 +27,7 @@
 # with gpu_bench.py --small, to check this script.
 set -uo pipefail
 out=${1:-results/h200}
-budget=${GPU_BENCH_BUDGET:-540}  # seconds for everything
+budget=${GPU_BENCH_BUDGET:-720}  # seconds for everything
 small=${GPU_BENCH_SMALL:+--small}
 mkdir -p "$out/lessons"
 rm -f "$out/lessons.jsonl" "$out/lessons/lessons.jsonl"
@@ -39,6 +46,17 @@ if python3 -c "import pytest" 2>/dev/null; then
 else
   echo "pytest is not installed here: gpu tests not run" | tee "$out/gpu_tests.txt"
 fi
+
+if [ -n "$small" ]; then  # the same command on tiny shapes on the CPU
+  sb=(--target shape:tiny --draft shape:tiny-draft --device cpu --dtype float32 --rates 4,32 --min-requests 12
+      --max-num-seqs 8 --prompt-len 16 --output-len 16)
+else
+  sb=(--target shape:llama-8b --draft shape:llama-draft-2l --device cuda --rates 8,32,128 --min-requests 64 --max-requests 192
+      --max-num-seqs 128 --prompt-len 128 --output-len 128 --tpot-slo-ms 40)
+fi
+timeout 180 python3 -m minispec serve-bench "${sb[@]}" --gamma 4,table --accept-rate 0.8 --out "$out/engine_load" \
+  2>&1 | tail -40 | tee "$out/engine_load.log"
+echo "serve-bench: exit ${PIPESTATUS[0]} after $SECONDS s" | tee -a "$out/engine_load.log"
 
 if python3 -c "import nbclient, ipykernel" 2>/dev/null; then
   lane() {  # lane NAME NOTEBOOK...: the notebooks in turn, until the budget is spent

@@ -40,6 +40,8 @@ import warnings
 from collections import deque
 from dataclasses import dataclass, field
 
+import torch
+
 from minispec.decoding.sampling import SamplingParams
 from minispec.drafts.model import as_draft
 from minispec.engine.blocks import BlockManager
@@ -53,7 +55,8 @@ from minispec.roofline.policy import FixedPolicy, GammaPolicy, auto_policy
 from minispec.speculative.loop import AUTO_GAMMA_MAX
 from minispec.speculative.rule import accept_reject
 
-KV_BUDGET_BYTES = 1 << 30  # default num_blocks: at most this much KV (target and draft), 1 GiB
+KV_BUDGET_BYTES = 1 << 30  # default num_blocks: at most this much KV (target and draft), 1 GiB ...
+KV_FREE_FRACTION = 0.3  # ... or on a GPU this share of its free memory, if more (vLLM takes 90 % of it all)
 
 
 @dataclass
@@ -108,10 +111,11 @@ class Engine:
     per step, ``"auto"`` (the roofline policy, as in ``speculative_generate``) or a
     :class:`~minispec.roofline.policy.GammaPolicy` (e.g. vLLM's ``BatchTablePolicy``), chosen each step from the
     rows decoding. ``block_size`` slots per KV block; ``num_blocks`` blocks (default: room for
-    ``max_num_seqs`` sequences of the model's longest length, within 1 GiB of KV, and at least one such
-    sequence). ``max_num_seqs`` requests run at once at most; ``max_num_batched_tokens`` the target reads per
-    step at most (prefill chunks plus 1 + K per decoding row). ``rule``: the accept rule, as in
-    ``speculative_generate`` (benchmarks of random weights swap in a synthetic one; ``stats.synthetic`` says so).
+    ``max_num_seqs`` sequences of the model's longest length, within 1 GiB of KV or, on a GPU, 30 % of its free
+    memory if more, and at least one such sequence). ``max_num_seqs`` requests run at once at most;
+    ``max_num_batched_tokens`` the target reads per step at most (prefill chunks plus 1 + K per decoding row).
+    ``rule``: the accept rule, as in ``speculative_generate`` (benchmarks of random weights swap in a synthetic
+    one; ``stats.synthetic`` says so).
     """
 
     def __init__(self, target: Model, draft=None, gamma: int | str | GammaPolicy = 4, block_size: int = 16,
@@ -145,7 +149,10 @@ class Engine:
         if self.draft is not None and getattr(self.draft, "shape", None) is not None:
             per += self.draft.shape.kv_bytes_per_token
         one = -(-(cfg.max_position_embeddings + self.width) // self.block_size)  # blocks of the longest sequence
-        return max(one, min(self.max_num_seqs * one, int(KV_BUDGET_BYTES // (per * self.block_size))))
+        budget = KV_BUDGET_BYTES
+        if self.target.device.type == "cuda":
+            budget = max(budget, KV_FREE_FRACTION * torch.cuda.mem_get_info(self.target.device)[0])
+        return max(one, min(self.max_num_seqs * one, int(budget // (per * self.block_size))))
 
     @property
     def capacity(self) -> int:

@@ -122,6 +122,13 @@ def engine_step_table(target, draft, batches, gammas, contexts, text: list[int],
 TABLE_K = 4  # the largest K the measured vLLM table may choose
 
 
+def _blocks(cfg: LoadConfig, block_size: int = 16) -> int:
+    """One cache size for every setting: room for max_num_seqs of the longest requests and a step's lookahead,
+    so memory is not what the sweep compares (the engine preempts when it runs out; the simulator too)."""
+    longest = 2 * cfg.prompt.mean + 2 * cfg.output.mean + 16  # uniform lengths reach 1.5 x the mean
+    return cfg.max_num_seqs * -(-longest // block_size)
+
+
 def _gamma_max(gamma) -> int:
     """The longest draft a setting's gamma may take: an int, "auto" (AUTO_GAMMA_MAX), "table" or a policy's."""
     from minispec.speculative.loop import AUTO_GAMMA_MAX
@@ -133,17 +140,22 @@ def _gamma_max(gamma) -> int:
 
 def vllm_batch_table(steps: EngineSteps, alpha: float, gamma_max: int, largest_batch: int) -> BatchTablePolicy:
     """vLLM's batch-size table from engine step times: per batch, the K whose E(alpha, K) tokens a row per step
-    beat plain decoding by the most (0 where none does), at the smallest context measured."""
+    beat plain decoding by the most (0 where none does, everywhere if none ever does), at the smallest context
+    measured."""
     table = steps.tables[0]
     speedup = lambda B, g: expected_tokens(alpha, g) * table.target(B) / table.target(B, g + 1)  # noqa: E731
-    return BatchTablePolicy.from_config(vllm_config_from_speedup(speedup, largest_batch, gamma_max))
+    try:
+        return BatchTablePolicy.from_config(vllm_config_from_speedup(speedup, largest_batch, gamma_max))
+    except ValueError:  # no K pays at any batch: vLLM would run without speculation
+        return BatchTablePolicy(ranges=[[1, largest_batch, 0]])
 
 
 def measure(target, settings: dict[str, dict], cfg: LoadConfig, text: list[int], out: Path | None = None,
             progress=print) -> list[dict]:
     """Every (rate, setting) measured, one row each (appended to ``out`` as they come). ``settings``: name ->
     Engine keyword arguments."""
-    engines = {name: Engine(target, max_num_seqs=cfg.max_num_seqs, **kw) for name, kw in settings.items()}
+    engines = {name: Engine(target, max_num_seqs=cfg.max_num_seqs, num_blocks=_blocks(cfg), **kw)
+               for name, kw in settings.items()}
     warm = traffic(cfg.rates[0], replace(cfg, min_requests=4, max_requests=4), text)[0]
     for e in engines.values():
         e.run([replace(r, arrival_s=0.0, max_new_tokens=8) for r in warm])  # first calls: Philox, allocators
@@ -280,7 +292,7 @@ def serve_bench(target, settings: dict[str, dict], cfg: LoadConfig, text: list[i
                      f"{probe.stats.alpha_estimate:.2f}")
     rows = measure(target, settings, cfg, text, None if out is None else out.with_suffix(".jsonl"), progress)
     if simulate_too:
-        engine = Engine(target, max_num_seqs=cfg.max_num_seqs)  # the engine's default cache: the same size
+        engine = Engine(target, max_num_seqs=cfg.max_num_seqs, num_blocks=_blocks(cfg))  # the sweep's cache
         sched = Scheduler(max_rows=cfg.max_num_seqs, max_batched_tokens=engine.max_num_batched_tokens,
                           kv_tokens=engine.capacity, block_size=engine.block_size)
         speculation = {n: 0 if kw.get("draft") is None else kw.get("gamma", 4) for n, kw in settings.items()}
