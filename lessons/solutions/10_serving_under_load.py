@@ -31,7 +31,7 @@ def exercise_1():
     h100, h200 = hardware.H100_SXM, hardware.H200
     variants = {"H100": h100, "H100 + H200's bandwidth": replace(h100, memory_bandwidth=h200.memory_bandwidth),
                 "H100 + H200's memory": replace(h100, memory_bytes=h200.memory_bytes), "H200": h200}
-    rates = [22, 24, 26, 28, 30, 32, 34, 36, 38, 40, 42, 44]  # requests/s
+    rates = [30, 32, 34, 36, 38, 44, 50, 52, 54]  # requests/s, around where each variant's queue forms
     limit, rows = {}, {}
     for name, hw in variants.items():
         steps = replace(FULL, hardware=hw)
@@ -41,9 +41,10 @@ def exercise_1():
     assert limit["H200"] >= 1.4 * limit["H100"] and rows["H200"] > 2 * rows["H100"]
     assert limit["H100"] < limit["H100 + H200's bandwidth"] < limit["H100 + H200's memory"] < limit["H200"]
     print("  Both help, memory more: the bandwidth shortens every step (weights and KV alike), but the memory lets")
-    print("  the batch grow past the 284 rows whose reservations fit in an H100, and the queue forms where the rows")
-    print("  run out. Weights only, the H200 gained almost nothing at gamma 4 (both GPUs hit the same compute")
-    print("  ceiling); reading KV keeps even large batches memory-bound, so here it gains half again.")
+    print("  the batch grow past what an H100's blocks hold (the rows printed: whole reservations; allocated as rows")
+    print("  grow, more fit), and the queue forms where the blocks run out and rows are preempted. Weights only, the")
+    print("  H200 gained almost nothing at gamma 4 (both GPUs hit the same compute ceiling); reading KV keeps even")
+    print("  large batches memory-bound, so here it gains half again.")
 
 
 def exercise_2():
