@@ -1,4 +1,4 @@
-"""Measure the engine under load, and put the simulator's prediction for the same traffic beside it.
+"""Measure the engine under load, with the simulator's prediction for the same traffic beside it.
 
 :func:`serve_bench` (``minispec serve-bench``) serves Poisson traffic with :class:`minispec.engine.Engine`
 at each arrival rate, once per setting (plain decoding, a fixed gamma, the roofline-gated policy, vLLM's
