@@ -164,7 +164,7 @@ class Engine:
         if not isinstance(request, Request):
             return f"expected a minispec.engine.Request, got {type(request).__name__}"
         V, max_pos = self.target.config.vocab_size, self.target.config.max_position_embeddings
-        p, m = request.prompt, request.max_new_tokens
+        p, m = _tokens(request.prompt), request.max_new_tokens
         if not isinstance(p, (list, tuple)) or not p:
             return "the prompt is empty" if isinstance(p, (list, tuple)) else "the prompt must be a list of token ids"
         bad = next((t for t in p if isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < V), None)
@@ -200,7 +200,8 @@ class Engine:
 
     def _sequence(self, i: int, r: Request) -> Sequence:
         eos = r.eos_token_id
-        return Sequence(len(r.prompt), r.max_new_tokens, float(r.arrival_s), list(r.prompt), len(r.prompt),
+        prompt = _tokens(r.prompt)
+        return Sequence(len(prompt), r.max_new_tokens, float(r.arrival_s), list(prompt), len(prompt),
                         params=SamplingParams(r.temperature, r.top_k, r.top_p),
                         seed=fresh_seed() if r.seed is None else r.seed,
                         eos=frozenset([eos] if isinstance(eos, int) else eos or []), index=i)
@@ -272,6 +273,11 @@ class Engine:
             raise RuntimeError(f"the block manager leaked {self.num_blocks - blocks.num_free} blocks")
         self.blocks = blocks
         return seqs
+
+
+def _tokens(prompt):
+    """A prompt as a list of ints (a 1-D tensor is taken too)."""
+    return prompt.tolist() if isinstance(prompt, torch.Tensor) and prompt.dim() == 1 else prompt
 
 
 class _Clock:
