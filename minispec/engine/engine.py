@@ -46,8 +46,8 @@ from minispec.decoding.sampling import SamplingParams
 from minispec.drafts.model import as_draft
 from minispec.engine.blocks import BlockManager
 from minispec.engine.request import Request, RequestOutput, Sequence, fresh_seed
-from minispec.engine.runner import ModelRunner
-from minispec.engine.scheduler import Scheduler
+from minispec.engine.runner import ModelRunner, StepResult
+from minispec.engine.scheduler import Scheduler, StepPlan
 from minispec.model.llama import Model
 from minispec.roofline import ModelShape
 from minispec.roofline.hardware import device_hardware, is_calibrated, preset_for
@@ -102,6 +102,21 @@ class EngineStats:
     def __getitem__(self, key: str):
         return getattr(self, key)
 
+    def record(self, plan: StepPlan, result: StepResult, seconds: float) -> None:
+        """Add one step."""
+        self.steps += 1
+        for name in ("num_drafts", "draft_tokens", "accepted_tokens", "tested_tokens"):
+            setattr(self, name, getattr(self, name) + getattr(result, name))
+        at = self.accepted_per_position
+        at.extend([0] * (len(result.accepted_per_position) - len(at)))
+        for i, a in enumerate(result.accepted_per_position):
+            at[i] += a
+        self.batch_per_step.append(len(plan.decode))
+        self.prefill_per_step.append(len(plan.prefill))
+        self.tokens_per_step.append(plan.tokens)
+        self.gamma_per_step.append(plan.gamma if plan.decode else 0)
+        self.step_s.append(seconds)
+
 
 class Engine:
     """Continuous batching with speculative decoding and a paged KV cache, on one device.
@@ -141,7 +156,7 @@ class Engine:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.num_blocks = num_blocks or self._default_blocks()
         self.runner = ModelRunner(target, self.draft, self.num_blocks, block_size, rule)
-        self.stats = EngineStats()
+        self.stats, self.blocks = EngineStats(), BlockManager(self.num_blocks, block_size)
 
     def _default_blocks(self) -> int:
         """Blocks for max_num_seqs sequences of the model's longest length, within KV_BUDGET_BYTES, at least one."""
@@ -230,7 +245,7 @@ class Engine:
         return outputs
 
     def _serve(self, seqs: list[Sequence], realtime: bool) -> list[Sequence]:
-        blocks = BlockManager(self.num_blocks, self.block_size)
+        self.blocks = blocks = BlockManager(self.num_blocks, self.block_size)  # the run's: all free at the end
         policy = copy.deepcopy(self.policy)  # every run starts from the same policy state
         if policy is not None:
             policy.start()
@@ -256,22 +271,10 @@ class Engine:
             scheduler.update(plan, result.new, end)
             if policy is not None and plan.gamma:
                 policy.observe(result.accepted_tokens, result.tested_tokens)
-            stats.steps += 1
-            for name in ("num_drafts", "draft_tokens", "accepted_tokens", "tested_tokens"):
-                setattr(stats, name, getattr(stats, name) + getattr(result, name))
-            at = stats.accepted_per_position
-            at.extend([0] * (len(result.accepted_per_position) - len(at)))
-            for i, a in enumerate(result.accepted_per_position):
-                at[i] += a
-            stats.batch_per_step.append(len(plan.decode))
-            stats.prefill_per_step.append(len(plan.prefill))
-            stats.tokens_per_step.append(plan.tokens)
-            stats.gamma_per_step.append(plan.gamma if plan.decode else 0)
-            stats.step_s.append(end - now)
+            stats.record(plan, result, end - now)
         stats.preemptions, stats.wall_s, stats.phase_s = scheduler.preemptions, clock.now(), self.runner.timer.totals()
         if blocks.num_free != self.num_blocks:  # every finished row hands its blocks back
             raise RuntimeError(f"the block manager leaked {self.num_blocks - blocks.num_free} blocks")
-        self.blocks = blocks
         return seqs
 
 
