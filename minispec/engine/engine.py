@@ -144,7 +144,7 @@ class Engine:
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
         self.target, self.draft = target, None if draft is None else as_draft(draft)
-        self.policy = None if self.draft is None else _policy(gamma, target, self.draft)
+        self.policy = None if self.draft is None else gamma_policy(gamma, target, self.draft)
         G = 0 if self.policy is None else self.policy.gamma_max
         self.width = 0 if self.draft is None else self.draft.width(G)  # the most lookahead slots a row takes
         if self.draft is not None:
@@ -298,16 +298,16 @@ class _Clock:
             time.sleep(gap) if self.realtime else setattr(self, "skipped", self.skipped + gap)
 
 
-def _policy(gamma, target: Model, draft) -> GammaPolicy:
-    """The gamma policy for ``gamma``: an int (fixed), "auto" (the roofline policy, as speculative_generate builds
-    it) or a GammaPolicy."""
+def gamma_policy(gamma, target: Model, draft) -> GammaPolicy:
+    """The gamma policy for ``gamma``: an int (fixed), "auto" (the roofline policy for this target and draft on
+    this device, as speculative_generate builds it) or a GammaPolicy (itself)."""
     if isinstance(gamma, GammaPolicy):
         return gamma
     if gamma == "auto":
         if preset_for(target.device) is None and not is_calibrated(target.device, target.dtype):
             warnings.warn(f"gamma='auto' measures {target.device}'s bandwidth and FLOP/s once for this process "
                           "(about a second); call minispec.roofline.hardware.calibrate() beforehand to do it up front",
-                          stacklevel=3)
+                          stacklevel=2)
         return auto_policy(ModelShape.from_model(target), draft.shape, device_hardware(target.device, target.dtype),
                            gamma_max=AUTO_GAMMA_MAX)
     if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:

@@ -29,7 +29,9 @@ from pathlib import Path
 import torch
 
 from minispec.decoding.stats import percentile
+from minispec.drafts.model import as_draft
 from minispec.engine import Engine, Request
+from minispec.engine.engine import gamma_policy
 from minispec.roofline import expected_tokens, vllm_config_from_speedup
 from minispec.roofline.policy import BatchTablePolicy, GammaPolicy
 from minispec.serving import EngineSteps, Lengths, Scheduler, Traffic, Workload, conditional, poisson_requests, simulate
@@ -195,6 +197,16 @@ def simulated(measured: list[dict], cfg: LoadConfig, text: list[int], speculatio
     return rows
 
 
+def _processor() -> str:
+    """The CPU's model name (Linux), else the platform's."""
+    import platform
+
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def goodput_rate(rows: list[dict], setting: str, attainment: float = 0.9, source: str = "measured") -> float:
     """DistServe's goodput: the highest rate at which ``attainment`` of the requests met both SLOs (0: none)."""
     return max((r["rate"] for r in rows if r["setting"] == setting and r["source"] == source
@@ -283,6 +295,8 @@ def serve_bench(target, settings: dict[str, dict], cfg: LoadConfig, text: list[i
         steps = {name: tables[id(kw.get("draft"))] for name, kw in settings.items()}
     settings = dict(settings)
     for name, kw in settings.items():
+        if kw.get("gamma") == "auto":  # one policy object, for the engine and the simulator alike
+            settings[name] = kw | {"gamma": gamma_policy("auto", target, as_draft(kw["draft"]))}
         if kw.get("gamma") == "table":
             probe = Engine(target, kw["draft"], gamma=TABLE_K)
             probe.run([replace(r, arrival_s=0.0) for r in traffic(cfg.rates[0], cfg, text)[0][:8]])
@@ -305,7 +319,8 @@ def serve_bench(target, settings: dict[str, dict], cfg: LoadConfig, text: list[i
         env = environment(target.device, target.dtype)
         loads = [r["loadavg_before"] for r in rows if "loadavg_before" in r]
         out.with_suffix(".txt").write_text(
-            f"{report(rows, cfg)}\nLoad: {json.dumps(asdict(cfg), default=str)}\nMachine: {env['hardware']}, "
+            f"{report(rows, cfg)}\nLoad: {json.dumps(asdict(cfg), default=str)}\nMachine: {_processor()} "
+            f"({env['hardware']}), "
             f"{torch.get_num_threads()} threads, {env['dtype']}, git {env['git_revision']}, torch {env['torch']}; "
             f"load average {min(loads):.1f}-{max(loads):.1f} during the sweep\n")
         plot(rows, cfg, f"{env['hardware']}: the engine measured (solid), the simulator (dashed)").savefig(
