@@ -122,6 +122,7 @@ def engine_step_table(target, draft, batches, gammas, contexts, text: list[int],
 
 
 TABLE_K = 4  # the largest K the measured vLLM table may choose
+TABLE_SOURCE = "simulated, step table"  # the simulator on step times measured apart (engine_step_table)
 
 
 def _blocks(cfg: LoadConfig, block_size: int = 16) -> int:
@@ -168,6 +169,9 @@ def measure(target, settings: dict[str, dict], cfg: LoadConfig, text: list[int],
         for name, engine in engines.items():
             load0, t0 = os.getloadavg()[0], time.perf_counter()
             row = {"setting": name, "rate": rate} | summarise(engine.run(reqs), engine, cfg)
+            s = engine.stats  # each step: decoding rows, gamma, prompt tokens prefilled (chains: 1 + gamma a row), s
+            row["steps_taken"] = [(b, g, n - b * (1 + g), t) for b, g, n, t in zip(
+                s.batch_per_step, s.gamma_per_step, s.tokens_per_step, s.step_s)]
             row |= {"wall_s": time.perf_counter() - t0, "loadavg_before": load0, "loadavg_after": os.getloadavg()[0],
                     "ttft_slo_s": cfg.ttft_slo_s, "tpot_slo_s": cfg.tpot_slo_s} | env
             rows.append(row)
@@ -177,12 +181,36 @@ def measure(target, settings: dict[str, dict], cfg: LoadConfig, text: list[int],
                      f"gamma {row['mean_gamma']:.1f} ({row['wall_s']:.0f} s, load {load0:.1f})")
             if out is not None:
                 with open(out, "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                    f.write(json.dumps({k: v for k, v in row.items() if k != "steps_taken"}) + "\n")
     return rows
 
 
+def fitted_steps(records: list[tuple[int, int, int, float]]) -> EngineSteps:
+    """Step times fitted to the engine's own steps (decoding rows B, gamma, prompt tokens P, seconds): per gamma a
+    line in B through the decode-only steps, and a line in P through what the steps with a prefill took more."""
+    import numpy as np
+
+    lines, extra = {}, []
+    for g in sorted({g for b, g, p, _ in records if b and not p}):
+        pts = np.array([(b, t) for b, gg, p, t in records if b and not p and gg == g], dtype=float)  # (n, 2)
+        if len(pts) >= 3:
+            lines[g] = np.polyfit(pts[:, 0], pts[:, 1], 1) if len(set(pts[:, 0])) > 1 else (0.0, np.median(pts[:, 1]))
+    for b, g, p, t in records:
+        if p and (not b or g in lines):
+            extra.append((p, t - (np.polyval(lines[g], b) if b else 0.0)))
+    slope, icpt = np.polyfit(*np.array(extra, dtype=float).T, 1) if len(extra) > 1 else (0.0, 0.0)
+    top = max(b for b, *_ in records)
+    grid = sorted({1, top} | {x for x in (2, 4, 8, 16, 32, 64, 128, 256) if x < top})
+    floor = 1e-4  # s: a line fitted through noisy points must not reach zero
+    table = {(B, g + 1): max(floor, float(np.polyval(line, B))) for g, line in lines.items() for B in grid}
+    if 0 not in lines:  # the table needs plain steps; a setting that never ran one never asks for them
+        table |= {(B, 1): t for (B, w), t in table.items() if w == min(g for g in lines) + 1}
+    prefill = [(n, max(floor, icpt + slope * n)) for n in (1, 64, 256, 1024, 4096)]
+    return EngineSteps({0: table}, {"plain": prefill})
+
+
 def simulated(measured: list[dict], cfg: LoadConfig, text: list[int], speculation: dict[str, int | GammaPolicy],
-              steps: dict[str, EngineSteps], scheduler: Scheduler) -> list[dict]:
+              steps: dict[str, EngineSteps], scheduler: Scheduler, source: str = "simulated") -> list[dict]:
     """The simulator's row beside each measured one: the same requests, the engine's scheduling rules and cache,
     ``steps[setting]``'s step times, and acceptance per draft position as the engine measured it there."""
     rows = []
@@ -192,7 +220,7 @@ def simulated(measured: list[dict], cfg: LoadConfig, text: list[int], speculatio
         alpha = conditional(shares) if shares and min(shares) > 0 else (m["alpha_estimate"] or 0.0)
         run = simulate([replace(r, alpha=alpha) for r in sims], steps[m["setting"]], speculation[m["setting"]],
                        scheduler)
-        rows.append({"setting": m["setting"], "rate": m["rate"], "source": "simulated",
+        rows.append({"setting": m["setting"], "rate": m["rate"], "source": source,
                      "preemptions": run.preemptions} | run.summary(cfg.tpot_slo_s, cfg.ttft_slo_s))
     return rows
 
@@ -229,11 +257,23 @@ def report(rows: list[dict], cfg: LoadConfig) -> str:
                       f("ttft_p99_s", fmt="{:.2f}"), f("throughput", fmt="{:.0f}", r=m), f("throughput", fmt="{:.0f}"),
                       f("slo_met", 100, "{:.0f}%", r=m), f("slo_met", 100, "{:.0f}%"), f"{m['mean_batch']:.1f}",
                       f"{m['mean_gamma']:.1f}", str(m["preemptions"])])
+    other = {(r["setting"], r["rate"]): r for r in rows if r["source"] == TABLE_SOURCE}
+    if other:
+        cells2 = [["rate", "setting", "TPOT p50 ms", "TTFT p99 s", "tok/s", "SLOs met"]]
+        for m in (r for r in rows if r["source"] == "measured"):
+            o = other[(m["setting"], m["rate"])]
+            cells2.append([f"{m['rate']:g}", m["setting"], f"{1e3 * o['tpot_p50_s']:.1f}", f"{o['ttft_p99_s']:.2f}",
+                           f"{o['throughput']:.0f}", f"{100 * o['slo_met']:.0f}%"])
     names = list(dict.fromkeys(r["setting"] for r in rows))
     good = "; ".join(f"{n} {goodput_rate(rows, n, cfg.attainment):g} (simulated "
                      f"{goodput_rate(rows, n, cfg.attainment, 'simulated'):g})" for n in names)
-    return (text_table(cells, left=2) + f"\n\nGoodput, the highest rate (requests/s) at which >= {cfg.attainment:.0%} "
+    text = ("Measured, and simulated on step times fitted to the same run's engine steps (sim):\n" +
+            text_table(cells, left=2) + f"\n\nGoodput, the highest rate (requests/s) at which >= {cfg.attainment:.0%} "
             f"of requests meet TTFT <= {cfg.ttft_slo_s:g} s and TPOT <= {1e3 * cfg.tpot_slo_s:g} ms: {good}\n")
+    if other:
+        text += ("\nSimulated on step times measured apart, closed-loop, just before the sweep (the machine's speed "
+                 "drifts with its other load between the two):\n" + text_table(cells2, left=2) + "\n")
+    return text
 
 
 def plot(rows: list[dict], cfg: LoadConfig, title: str = ""):
@@ -310,11 +350,18 @@ def serve_bench(target, settings: dict[str, dict], cfg: LoadConfig, text: list[i
         sched = Scheduler(max_rows=cfg.max_num_seqs, max_batched_tokens=engine.max_num_batched_tokens,
                           kv_tokens=engine.capacity, block_size=engine.block_size)
         speculation = {n: 0 if kw.get("draft") is None else kw.get("gamma", 4) for n, kw in settings.items()}
-        sim = simulated(rows, cfg, text, speculation, steps, sched)
+        fitted = {n: fitted_steps([s for r in rows if r["setting"] == n for s in r["steps_taken"]]) for n in settings}
+        sim = simulated(rows, cfg, text, speculation, fitted, sched)
+        sim += simulated(rows, cfg, text, speculation, steps, sched, TABLE_SOURCE)
         rows += sim
         if out is not None:
             with open(out.with_suffix(".jsonl"), "a") as f:
                 f.writelines(json.dumps(r) + "\n" for r in sim)
+            out.with_name(out.name + "_steps.json").write_text(json.dumps(
+                {n: {"step_s": [[B, w, s] for (B, w), s in e.step_s[0].items()], "prefill_s": e.prefill_s["plain"]}
+                 for n, e in fitted.items()}, indent=1) + "\n")
+    for r in rows:
+        r.pop("steps_taken", None)
     if out is not None:
         env = environment(target.device, target.dtype)
         loads = [r["loadavg_before"] for r in rows if "loadavg_before" in r]

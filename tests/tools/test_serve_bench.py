@@ -27,7 +27,8 @@ def test_measured_and_simulated_rows_and_files(tmp_path):
     rows = serve_bench(target, {"plain": {}, "gamma 1": dict(draft=draft, gamma=1)}, TINY, text,
                        tmp_path / "sb", progress=lambda line: None)
     keys = [(r["source"], r["rate"], r["setting"]) for r in rows]
-    assert keys == [(s, r, n) for s in ("measured", "simulated") for r in TINY.rates for n in ("plain", "gamma 1")]
+    sources = ("measured", "simulated", "simulated, step table")  # step times fitted to the run, or measured apart
+    assert keys == [(s, r, n) for s in sources for r in TINY.rates for n in ("plain", "gamma 1")]
     measured = [r for r in rows if r["source"] == "measured"]
     assert all(r["requests"] == 6 and r["mean_batch"] <= 4 and r["loadavg_before"] >= 0 for r in measured)
     assert [r["mean_gamma"] for r in measured] == [0, 1, 0, 1]
@@ -35,6 +36,8 @@ def test_measured_and_simulated_rows_and_files(tmp_path):
     lines = [json.loads(x) for x in (tmp_path / "sb.jsonl").read_text().splitlines()]
     assert [(r["source"], r["setting"]) for r in lines] == [k[::2] for k in keys]
     assert "Goodput" in (tmp_path / "sb.txt").read_text() and (tmp_path / "sb.png").stat().st_size > 0
+    fitted = json.loads((tmp_path / "sb_steps.json").read_text())  # per setting: (batch, 1 + gamma, s) and prefill
+    assert {w for _, w, _ in fitted["gamma 1"]["step_s"]} >= {2} and all(s > 0 for *_, s in fitted["plain"]["step_s"])
 
 
 def test_the_command_checks_its_flags_before_any_work(capsys, tmp_path):
