@@ -98,17 +98,20 @@ def summarise(outs, engine: Engine, cfg: LoadConfig) -> dict:
     }
 
 
-def engine_step_table(target, draft, batches, gammas, contexts, text: list[int], progress=print) -> EngineSteps:
+def engine_step_table(target, draft, batches, gammas, contexts, text: list[int], progress=print,
+                      rule=None) -> EngineSteps:
     """Step times measured through the engine: closed-loop runs of B requests with ``context``-token prompts, all
     at once, one per (context, batch, gamma) (gamma 0: a plain engine). A decode step's time is the median of the
-    steps where every row decoded and nothing was prefilled; the prefill-only steps give prefill times."""
+    steps where every row decoded and nothing was prefilled; the prefill-only steps give prefill times. ``rule``:
+    the speculative runs' accept rule (a synthetic one for random weights)."""
     Engine(target, draft, gamma=max(max(gammas), 1)).run([Request(text[:64], 8)] * 4)  # first calls: allocators
     steps, prefill = {c: {} for c in contexts}, {"plain": {}, "draft": {}}
     for context in contexts:
         for B in batches:
             for g in gammas:
                 engine = Engine(target, draft if g else None, gamma=g or 1, max_num_seqs=B,
-                                max_num_batched_tokens=B * (context + 1 + g))  # every prompt in one prefill step
+                                max_num_batched_tokens=B * (context + 1 + g),  # every prompt in one prefill step
+                                **({} if rule is None else {"rule": rule}))
                 stride = max(1, (len(text) - context) // B)
                 engine.run([Request(text[i * stride: i * stride + context], 4 * (1 + g)) for i in range(B)])
                 s = engine.stats
@@ -324,14 +327,15 @@ def serve_bench(target, settings: dict[str, dict], cfg: LoadConfig, text: list[i
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".jsonl").unlink(missing_ok=True)
     drafts = {id(kw.get("draft")): kw.get("draft") for kw in settings.values()}
+    rules = {id(kw.get("draft")): kw.get("rule") for kw in settings.values()}
     G = max(_gamma_max(kw.get("gamma", 4)) for kw in settings.values())  # the widest step any setting may take
     gammas = [g for g in (0, 1, 2, 3, 4, 6, 8) if g <= G] + ([G] if G > 8 else [])  # others: interpolated
     steps = {}
     if simulate_too or any(kw.get("gamma") == "table" for kw in settings.values()):  # measured beside the sweep
         B = sorted({b for b in (1, 4, 16) if b < cfg.max_num_seqs} | {cfg.max_num_seqs // 2, cfg.max_num_seqs})
         contexts = (cfg.prompt.mean, cfg.prompt.mean + cfg.output.mean + cfg.output.mean // 2)  # typical, longest
-        tables = {k: engine_step_table(target, d, B, gammas if d is not None else (0,), contexts, text, progress)
-                  for k, d in drafts.items()}
+        tables = {k: engine_step_table(target, d, B, gammas if d is not None else (0,), contexts, text, progress,
+                                       rules[k]) for k, d in drafts.items()}
         steps = {name: tables[id(kw.get("draft"))] for name, kw in settings.items()}
     settings = dict(settings)
     for name, kw in settings.items():
