@@ -99,11 +99,12 @@ def summarise(outs, engine: Engine, cfg: LoadConfig) -> dict:
 
 
 def engine_step_table(target, draft, batches, gammas, contexts, text: list[int], progress=print,
-                      rule=None) -> EngineSteps:
+                      rule=None, min_steps: int = 3) -> EngineSteps:
     """Step times measured through the engine: closed-loop runs of B requests with ``context``-token prompts, all
     at once, one per (context, batch, gamma) (gamma 0: a plain engine). A decode step's time is the median of the
     steps where every row decoded and nothing was prefilled; the prefill-only steps give prefill times. ``rule``:
-    the speculative runs' accept rule (a synthetic one for random weights)."""
+    the speculative runs' accept rule (a synthetic one for random weights); ``min_steps``: full-batch steps a
+    point's median takes at least."""
     Engine(target, draft, gamma=max(max(gammas), 1)).run([Request(text[:64], 8)] * 4)  # first calls: allocators
     steps, prefill = {c: {} for c in contexts}, {"plain": {}, "draft": {}}
     for context in contexts:
@@ -113,7 +114,8 @@ def engine_step_table(target, draft, batches, gammas, contexts, text: list[int],
                                 max_num_batched_tokens=B * (context + 1 + g),  # every prompt in one prefill step
                                 **({} if rule is None else {"rule": rule}))
                 stride = max(1, (len(text) - context) // B)
-                engine.run([Request(text[i * stride: i * stride + context], 4 * (1 + g)) for i in range(B)])
+                n = (min_steps + 1) * (1 + g)  # tokens a row: min_steps steps even if every draft is accepted
+                engine.run([Request(text[i * stride: i * stride + context], n) for i in range(B)])
                 s = engine.stats
                 full = [t for t, b, p in zip(s.step_s, s.batch_per_step, s.prefill_per_step) if b == B and not p]
                 steps[context][(B, g + 1)] = statistics.median(full)
