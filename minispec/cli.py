@@ -325,10 +325,10 @@ def _serve_bench(args) -> None:
                      ttft_slo_s=args.ttft_slo_s, tpot_slo_s=args.tpot_slo_ms / 1e3, max_num_seqs=args.max_num_seqs,
                      seed=args.seed)
     gammas = tuple(g.strip() for g in args.gamma.split(",") if g.strip())
-    threads = args.threads if args.threads is not None else (1 if (args.device or "cpu") == "cpu" else None)
-    _, text = run(args.target, args.draft, gammas, cfg, args.out, args.device, args.dtype, threads,
-                  args.accept_rate, not args.no_simulate, progress=lambda line: print(line, file=sys.stderr))
-    print(text)
+    with timed(args):
+        _, text = run(args.target, args.draft, gammas, cfg, args.out, args.device, args.dtype, args.accept_rate,
+                      not args.no_simulate, args.tree, args.hot_vocab, lambda line: print(line, file=sys.stderr))
+        print(text)
     print(f"wrote {args.out}.jsonl, {args.out}.png and {args.out}.txt", file=sys.stderr)
 
 
@@ -388,8 +388,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--draft", default="tiny-code-draft", help=DRAFT_HELP)
     p.add_argument("--gamma", default="4", help="speculative settings beside plain decoding: integers, auto (the "
                    "roofline policy), table (vLLM's batch-size table from step times measured here), comma-separated")
-    p.add_argument("--threads", type=int, default=None, help="torch threads (default 1 on a CPU: steadier timings on "
-                   "a shared machine)")
+    add_threads(p)
+    p.add_argument("--tree", default=None, metavar="SPEC", help="grow a tree of draft tokens with the draft: "
+                   "budget=16,depth=5[,topk=4] or branching=4,2,1")
+    p.add_argument("--hot-vocab", type=_positive, default=None, metavar="N", help="an EAGLE head's hot vocabulary")
     p.add_argument("--seconds", type=float, default=8.0, help="arrivals span about this long at each rate")
     p.add_argument("--min-requests", type=int, default=48)
     p.add_argument("--max-requests", type=int, default=256)

@@ -270,8 +270,8 @@ def report(rows: list[dict], cfg: LoadConfig) -> str:
             cells2.append([f"{m['rate']:g}", m["setting"], f"{1e3 * o['tpot_p50_s']:.1f}", f"{o['ttft_p99_s']:.2f}",
                            f"{o['throughput']:.0f}", f"{100 * o['slo_met']:.0f}%"])
     names = list(dict.fromkeys(r["setting"] for r in rows))
-    good = "; ".join(f"{n} {goodput_rate(rows, n, cfg.attainment):g} (simulated "
-                     f"{goodput_rate(rows, n, cfg.attainment, 'simulated'):g})" for n in names)
+    good = "; ".join(f"{n} {goodput_rate(rows, n, cfg.attainment):g}" + (
+        f" (simulated {goodput_rate(rows, n, cfg.attainment, 'simulated'):g})" if sim else "") for n in names)
     text = ("Measured, and simulated on step times fitted to the same run's engine steps (sim):\n" +
             text_table(cells, left=2) + f"\n\nGoodput, the highest rate (requests/s) at which >= {cfg.attainment:.0%} "
             f"of requests meet TTFT <= {cfg.ttft_slo_s:g} s and TPOT <= {1e3 * cfg.tpot_slo_s:g} ms: {good}\n")
@@ -383,11 +383,12 @@ def serve_bench(target, settings: dict[str, dict], cfg: LoadConfig, text: list[i
 
 def run(target: str = "tiny-code-target", draft: str | None = "tiny-code-draft", gammas: tuple[str, ...] = ("4",),
         cfg: LoadConfig = LoadConfig(), out: str | Path | None = "serve_bench", device=None, dtype=None,
-        threads: int | None = None, accept_rate: float | None = None, simulate_too: bool = True,
-        progress=print) -> tuple[list[dict], str]:
+        accept_rate: float | None = None, simulate_too: bool = True, tree: str | None = None,
+        hot_vocab: int | None = None, progress=print) -> tuple[list[dict], str]:
     """``minispec serve-bench``: load the pair by name, then :func:`serve_bench` plain decoding against one setting
-    per entry of ``gammas`` (an integer, ``"auto"`` or ``"table"``). ``accept_rate``: a synthetic Bernoulli(alpha)
-    acceptance (for random weights; the tokens do not follow p then). Returns the rows and the report."""
+    per entry of ``gammas`` (an integer, ``"auto"`` or ``"table"``), the draft named as ``minispec.tools.pair``
+    takes it (``tree``, ``hot_vocab`` too). ``accept_rate``: a synthetic Bernoulli(alpha) acceptance (for random
+    weights; the tokens do not follow p then). Torch's threads are the caller's. Returns the rows and the report."""
     from minispec.speculative.rule import accept_reject
     from minispec.tools.bench import SyntheticAcceptance
     from minispec.tools.pair import load_pair, prompt_tokens
@@ -397,12 +398,8 @@ def run(target: str = "tiny-code-target", draft: str | None = "tiny-code-draft",
             raise ValueError(f"each gamma must be an integer >= 1, auto or table, got {g!r}")
     if gammas and draft is None:
         raise ValueError("speculative settings need a draft (--draft)")
-    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-        raise ValueError(f"threads must be an integer >= 1, got {threads!r}")
     rule = accept_reject if accept_rate is None else SyntheticAcceptance(accept_rate)  # checks the rate
-    if threads is not None:
-        torch.set_num_threads(threads)
-    model, tok, drafter = load_pair(target, draft, device, dtype)
+    model, tok, drafter = load_pair(target, draft, device, dtype, tree, hot_vocab)
     text = prompt_tokens(tok) or torch.randint(0, model.config.vocab_size, (1 << 16,),
                                                generator=torch.Generator().manual_seed(cfg.seed)).tolist()
     settings = {"plain": {}} | {(f"gamma {g}" if g.isdigit() else g): dict(

@@ -45,7 +45,7 @@ def test_the_command_checks_its_flags_before_any_work(capsys, tmp_path):
                           (["--rates", "1,x"], "--rates takes comma-separated numbers"),
                           (["--rates", "0"], "need positive rates"),
                           (["--accept-rate", "2"], "synthetic acceptance rate must be in [0, 1]"),
-                          (["--threads", "0"], "threads must be an integer >= 1")]:
+                          (["--draft", "no-such-draft"], "no-such-draft")]:
         assert main(["serve-bench", "--out", str(tmp_path / "x"), *argv]) == 2
         assert message in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
