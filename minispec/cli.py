@@ -311,25 +311,10 @@ def _course_build(args) -> int:
 
 
 def _serve_bench(args) -> None:
-    """The engine under Poisson load, plain against each --gamma, with the simulator's prediction beside it."""
-    from minispec.serving import Lengths
-    from minispec.tools.serve_bench import LoadConfig, run
+    from minispec.tools.serve_bench import from_args
 
-    try:
-        rates = tuple(float(x) for x in args.rates.split(","))
-    except ValueError:
-        raise ValueError(f"--rates takes comma-separated numbers, got {args.rates!r}") from None
-    cfg = LoadConfig(rates=rates, seconds=args.seconds, min_requests=args.min_requests,
-                     max_requests=args.max_requests, prompt=Lengths(args.prompt_len, "uniform"),
-                     output=Lengths(args.output_len, "uniform"), temperature=args.temperature,
-                     ttft_slo_s=args.ttft_slo_s, tpot_slo_s=args.tpot_slo_ms / 1e3, max_num_seqs=args.max_num_seqs,
-                     seed=args.seed)
-    gammas = tuple(g.strip() for g in args.gamma.split(",") if g.strip())
     with timed(args):
-        _, text = run(args.target, args.draft, gammas, cfg, args.out, args.device, args.dtype, args.accept_rate,
-                      not args.no_simulate, args.tree, args.hot_vocab, lambda line: print(line, file=sys.stderr))
-        print(text)
-    print(f"wrote {args.out}.jsonl, {args.out}.png and {args.out}.txt", file=sys.stderr)
+        print(from_args(args, lambda line: print(line, file=sys.stderr)))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -381,33 +366,13 @@ def build_parser() -> argparse.ArgumentParser:
     _bench_arguments(p)
     p.set_defaults(func=_bench)
 
-    p = sub.add_parser("serve-bench", help="the engine under Poisson load: plain against speculation, TTFT, TPOT, "
-                       "goodput, with the simulator's prediction beside it (JSONL, plot, table)")
-    p.add_argument("--rates", default="1,2,4,8,16,32", help="arrival rates, requests/s (comma-separated)")
-    p.add_argument("--target", default="tiny-code-target", help="embedded name, checkpoint directory or shape:NAME")
-    p.add_argument("--draft", default="tiny-code-draft", help=DRAFT_HELP)
-    p.add_argument("--gamma", default="4", help="speculative settings beside plain decoding: integers, auto (the "
-                   "roofline policy), table (vLLM's batch-size table from step times measured here), comma-separated")
+    p = sub.add_parser("serve-bench", help="the engine under Poisson load beside the simulator: TTFT, TPOT, goodput")
+    from minispec.tools.serve_bench import add_arguments  # its own flags; the common ones here
+    add_arguments(p)
     add_threads(p)
-    p.add_argument("--tree", default=None, metavar="SPEC", help="grow a tree of draft tokens with the draft: "
-                   "budget=16,depth=5[,topk=4] or branching=4,2,1")
-    p.add_argument("--hot-vocab", type=_positive, default=None, metavar="N", help="an EAGLE head's hot vocabulary")
-    p.add_argument("--seconds", type=float, default=8.0, help="arrivals span about this long at each rate")
-    p.add_argument("--min-requests", type=int, default=48)
-    p.add_argument("--max-requests", type=int, default=256)
-    p.add_argument("--prompt-len", type=int, default=64, help="mean prompt tokens (uniform, half to 1.5 times)")
-    p.add_argument("--output-len", type=int, default=64, help="mean output tokens (uniform, half to 1.5 times)")
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--ttft-slo-s", type=float, default=1.0)
-    p.add_argument("--tpot-slo-ms", type=float, default=50.0)
-    p.add_argument("--max-num-seqs", type=int, default=64)
-    p.add_argument("--accept-rate", type=float, default=None, help="synthetic acceptance: Bernoulli(ALPHA) draws "
-                   "(for random weights)")
-    p.add_argument("--no-simulate", action="store_true", help="measure only (no step table, no simulator)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--draft", default="tiny-code-draft", help=DRAFT_HELP)
     p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument("--dtype", default=None, choices=DTYPES, help="default: the checkpoint's; bfloat16 for shapes")
-    p.add_argument("--out", default="serve_bench", help="path prefix of the .jsonl, .png and .txt it writes")
     p.set_defaults(func=_serve_bench)
 
     p = sub.add_parser("roofline", help="the roofline model's speedup table (reference: 8B on an H100)")

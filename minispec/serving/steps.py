@@ -226,3 +226,24 @@ class EngineSteps:
 
     def kv_budget(self, draft: bool = False) -> None:
         return None
+
+    @classmethod
+    def fit(cls, records: list[tuple[int, int, int, float]]) -> EngineSteps:
+        """Step times fitted to an engine's own steps (decoding rows B, gamma, prompt tokens P, seconds): per gamma
+        a line in B through the decode-only steps, and a line in P through what steps with a prefill took more."""
+        lines, extra = {}, []
+        for g in sorted({g for b, g, p, _ in records if b and not p}):
+            pts = np.array([(b, t) for b, gg, p, t in records if b and not p and gg == g], dtype=float)  # (n, 2)
+            if len(pts) >= 3:
+                lines[g] = (np.polyfit(pts[:, 0], pts[:, 1], 1) if len(set(pts[:, 0])) > 1
+                            else (0.0, np.median(pts[:, 1])))
+        extra = [(p, t - (np.polyval(lines[g], b) if b else 0.0)) for b, g, p, t in records
+                 if p and (not b or g in lines)]
+        slope, icpt = np.polyfit(*np.array(extra, dtype=float).T, 1) if len(extra) > 1 else (0.0, 0.0)
+        top = max(b for b, *_ in records)
+        grid = sorted({1, top} | {x for x in (2, 4, 8, 16, 32, 64, 128, 256) if x < top})
+        floor = 1e-4  # s: a line fitted through noisy points must not reach zero
+        table = {(B, g + 1): max(floor, float(np.polyval(line, B))) for g, line in lines.items() for B in grid}
+        if 0 not in lines:  # StepTable needs plain steps; a setting that never ran one never asks for them
+            table |= {(B, 1): t for (B, w), t in table.items() if w == min(lines) + 1}
+        return cls({0: table}, {"plain": [(n, max(floor, icpt + slope * n)) for n in (1, 64, 256, 1024, 4096)]})

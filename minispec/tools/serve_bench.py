@@ -140,7 +140,6 @@ def _blocks(cfg: LoadConfig, block_size: int = 16) -> int:
 def _gamma_max(gamma) -> int:
     """The longest draft a setting's gamma may take: an int, "auto" (AUTO_GAMMA_MAX), "table" or a policy's."""
     from minispec.speculative.loop import AUTO_GAMMA_MAX
-
     if isinstance(gamma, GammaPolicy):
         return gamma.gamma_max
     return {"auto": AUTO_GAMMA_MAX, "table": TABLE_K}.get(gamma, gamma)
@@ -190,30 +189,6 @@ def measure(target, settings: dict[str, dict], cfg: LoadConfig, text: list[int],
     return rows
 
 
-def fitted_steps(records: list[tuple[int, int, int, float]]) -> EngineSteps:
-    """Step times fitted to the engine's own steps (decoding rows B, gamma, prompt tokens P, seconds): per gamma a
-    line in B through the decode-only steps, and a line in P through what the steps with a prefill took more."""
-    import numpy as np
-
-    lines, extra = {}, []
-    for g in sorted({g for b, g, p, _ in records if b and not p}):
-        pts = np.array([(b, t) for b, gg, p, t in records if b and not p and gg == g], dtype=float)  # (n, 2)
-        if len(pts) >= 3:
-            lines[g] = np.polyfit(pts[:, 0], pts[:, 1], 1) if len(set(pts[:, 0])) > 1 else (0.0, np.median(pts[:, 1]))
-    for b, g, p, t in records:
-        if p and (not b or g in lines):
-            extra.append((p, t - (np.polyval(lines[g], b) if b else 0.0)))
-    slope, icpt = np.polyfit(*np.array(extra, dtype=float).T, 1) if len(extra) > 1 else (0.0, 0.0)
-    top = max(b for b, *_ in records)
-    grid = sorted({1, top} | {x for x in (2, 4, 8, 16, 32, 64, 128, 256) if x < top})
-    floor = 1e-4  # s: a line fitted through noisy points must not reach zero
-    table = {(B, g + 1): max(floor, float(np.polyval(line, B))) for g, line in lines.items() for B in grid}
-    if 0 not in lines:  # the table needs plain steps; a setting that never ran one never asks for them
-        table |= {(B, 1): t for (B, w), t in table.items() if w == min(g for g in lines) + 1}
-    prefill = [(n, max(floor, icpt + slope * n)) for n in (1, 64, 256, 1024, 4096)]
-    return EngineSteps({0: table}, {"plain": prefill})
-
-
 def simulated(measured: list[dict], cfg: LoadConfig, text: list[int], speculation: dict[str, int | GammaPolicy],
               steps: dict[str, EngineSteps], scheduler: Scheduler, source: str = "simulated") -> list[dict]:
     """The simulator's row beside each measured one: the same requests, the engine's scheduling rules and cache,
@@ -233,7 +208,6 @@ def simulated(measured: list[dict], cfg: LoadConfig, text: list[int], speculatio
 def _processor() -> str:
     """The CPU's model name (Linux), else the platform's."""
     import platform
-
     try:
         return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
     except (OSError, StopIteration):
@@ -356,7 +330,8 @@ def serve_bench(target, settings: dict[str, dict], cfg: LoadConfig, text: list[i
         sched = Scheduler(max_rows=cfg.max_num_seqs, max_batched_tokens=engine.max_num_batched_tokens,
                           kv_tokens=engine.capacity, block_size=engine.block_size)
         speculation = {n: 0 if kw.get("draft") is None else kw.get("gamma", 4) for n, kw in settings.items()}
-        fitted = {n: fitted_steps([s for r in rows if r["setting"] == n for s in r["steps_taken"]]) for n in settings}
+        fitted = {n: EngineSteps.fit([s for r in rows if r["setting"] == n for s in r["steps_taken"]])
+                  for n in settings}
         sim = simulated(rows, cfg, text, speculation, fitted, sched)
         sim += simulated(rows, cfg, text, speculation, steps, sched, TABLE_SOURCE)
         rows += sim
@@ -406,3 +381,40 @@ def run(target: str = "tiny-code-target", draft: str | None = "tiny-code-draft",
         draft=drafter, gamma=int(g) if g.isdigit() else g, rule=rule) for g in gammas}
     rows = serve_bench(model, settings, cfg, text, out, simulate_too, progress)
     return rows, report(rows, cfg)
+
+
+def add_arguments(p) -> None:
+    """``minispec serve-bench``'s own flags (the command line adds --threads, --draft, --device and --dtype)."""
+    p.add_argument("--rates", default="1,2,4,8,16,32", help="arrival rates, requests/s")
+    p.add_argument("--target", default="tiny-code-target", help="embedded name, checkpoint directory or shape:NAME")
+    p.add_argument("--tree", default=None, metavar="SPEC", help="a tree grown by the draft, as for generate")
+    p.add_argument("--hot-vocab", type=int, default=None, metavar="N", help="an EAGLE head's hot vocabulary")
+    p.add_argument("--gamma", default="4", help="settings beside plain decoding: integers, auto (the roofline "
+                   "policy), table (vLLM's batch-size table from step times measured here), comma-separated")
+    p.add_argument("--requests", default="48,256", help="MIN,MAX requests a rate (about 8 s of arrivals between)")
+    p.add_argument("--lengths", default="64,64", help="mean PROMPT,OUTPUT tokens (uniform, 0.5x to 1.5x)")
+    p.add_argument("--slo", default="1,50", help="TTFT s,TPOT ms a request must meet (goodput: 90 %% of them)")
+    p.add_argument("--max-num-seqs", type=int, default=64)
+    p.add_argument("--accept-rate", type=float, default=None, help="synthetic acceptance (random weights)")
+    p.add_argument("--no-simulate", action="store_true", help="measure only")
+    p.add_argument("--out", default="serve_bench", help="path prefix of the .jsonl, .png and .txt written")
+
+
+def from_args(args, progress=print) -> str:
+    """Run ``minispec serve-bench`` from its parsed flags; the report."""
+    def numbers(flag: str, n: int | None = None) -> tuple[float, ...]:  # comma-separated, n of them if given
+        text = getattr(args, flag.replace("-", "_"))
+        try:
+            values = tuple(float(x) for x in text.split(","))
+        except ValueError:
+            values = ()
+        if not values or (n is not None and len(values) != n):
+            raise ValueError(f"--{flag} takes {n or 'some'} comma-separated numbers, got {text!r}")
+        return values
+
+    (lo, hi), (prompt, output), (ttft, tpot) = numbers("requests", 2), numbers("lengths", 2), numbers("slo", 2)
+    cfg = LoadConfig(rates=numbers("rates"), min_requests=int(lo), max_requests=int(hi),
+                     prompt=Lengths(int(prompt), "uniform"), output=Lengths(int(output), "uniform"), ttft_slo_s=ttft,
+                     tpot_slo_s=tpot / 1e3, max_num_seqs=args.max_num_seqs)
+    return run(args.target, args.draft, tuple(g.strip() for g in args.gamma.split(",")), cfg, args.out, args.device,
+               args.dtype, args.accept_rate, not args.no_simulate, args.tree, args.hot_vocab, progress)[1]

@@ -42,7 +42,8 @@ def test_measured_and_simulated_rows_and_files(tmp_path):
 
 def test_the_command_checks_its_flags_before_any_work(capsys, tmp_path):
     for argv, message in [(["--gamma", "0"], "each gamma must be an integer >= 1, auto or table"),
-                          (["--rates", "1,x"], "--rates takes comma-separated numbers"),
+                          (["--rates", "1,x"], "--rates takes some comma-separated numbers"),
+                          (["--slo", "1"], "--slo takes 2 comma-separated numbers"),
                           (["--rates", "0"], "need positive rates"),
                           (["--accept-rate", "2"], "synthetic acceptance rate must be in [0, 1]"),
                           (["--draft", "no-such-draft"], "no-such-draft")]:
