@@ -48,11 +48,11 @@ else
 fi
 
 if [ -n "$small" ]; then  # the same command on tiny shapes on the CPU
-  sb=(--target shape:tiny --draft shape:tiny-draft --device cpu --dtype float32 --rates 4,32 --min-requests 12
-      --max-num-seqs 8 --prompt-len 16 --output-len 16)
+  sb=(--target shape:tiny --draft shape:tiny-draft --device cpu --dtype float32 --rates 4,32 --requests 12,12
+      --max-num-seqs 8 --lengths 16,16)
 else
-  sb=(--target shape:llama-8b --draft shape:llama-draft-2l --device cuda --rates 8,32,128 --min-requests 64 --max-requests 192
-      --max-num-seqs 128 --prompt-len 128 --output-len 128 --tpot-slo-ms 40)
+  sb=(--target shape:llama-8b --draft shape:llama-draft-2l --device cuda --rates 8,32,128 --requests 64,192
+      --max-num-seqs 128 --lengths 128,128 --slo 1,40)
 fi
 timeout 180 python3 -m minispec serve-bench "${sb[@]}" --gamma 4,table --accept-rate 0.8 --out "$out/engine_load" \
   2>&1 | tail -40 | tee "$out/engine_load.log"
