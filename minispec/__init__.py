@@ -8,7 +8,8 @@
 
 Drafts that need no draft model: ``minispec.PromptLookupDraft()`` and ``minispec.LayerSkipDraft(target, n)``.
 A tree of drafts verified in one pass: ``minispec.TreeDraft(draft, branching=(4, 2, 2, 1))`` or
-``minispec.TreeDraft(draft, budget=16, depth=5)`` (EAGLE-2's dynamic tree).
+``minispec.TreeDraft(draft, budget=16, depth=5)`` (EAGLE-2's dynamic tree). Under load, requests that come and go:
+``minispec.Engine(target, draft).run([minispec.Request(prompt, 64), ...])`` (continuous batching, paged KV).
 """
 
 from minispec.course.grader import grade_accept_rule
@@ -20,6 +21,7 @@ from minispec.drafts.eagle import EagleDraft
 from minispec.drafts.lookup import PromptLookupDraft
 from minispec.drafts.model import LayerSkipDraft, ModelDraft
 from minispec.drafts.tree import TreeDraft
+from minispec.engine import Engine, Request
 from minispec.model.config import ModelConfig
 from minispec.model.llama import Model
 from minispec.model.load import EMBEDDED, fetch, load
@@ -40,6 +42,7 @@ from minispec.speculative.rule import accept_reject
 __all__ = [
     "EMBEDDED", "H100_SXM", "H200", "ByteTokenizer", "Draft", "GenerationResult", "Hardware", "LayerSkipDraft",
     "Model", "ModelConfig", "ModelDraft", "ModelShape", "PromptLookupDraft", "SamplingParams", "Stats", "TreeDraft",
-    "EagleDraft", "accept_reject", "break_even_batch", "compute_bound_batch", "expected_tokens", "fetch", "generate",
-    "grade_accept_rule", "leviathan_speedup", "load", "speculative_generate", "speculative_speedup", "step_time",
+    "EagleDraft", "Engine", "Request", "accept_reject", "break_even_batch", "compute_bound_batch", "expected_tokens",
+    "fetch", "generate", "grade_accept_rule", "leviathan_speedup", "load", "speculative_generate",
+    "speculative_speedup", "step_time",
 ]
