@@ -55,3 +55,18 @@ def test_the_roofline_lines_say_what_they_return(scope):
     ms = scope["minispec"]
     assert "# 0.74:" in BLOCK and f"{ms.speculative_speedup(batch=256):.2f}" == "0.74"
     assert "# 17 nodes per row" in BLOCK and ms.roofline.best_tree_budget(batch=16) == 17
+    assert "(294 at batch 1, a chain from 38, 0 from 259)" in BLOCK
+    rows = {r["batch"]: r for r in ms.roofline.tree_speedup_table([1, 37, 38, 258, 259])}
+    assert rows[1]["nodes"] == 294 and not rows[37]["chain"] and rows[38]["chain"] and rows[258]["chain"]
+    assert rows[259]["nodes"] == 0
+
+
+ENGINE = re.search(r"Under load, requests that arrive and leave.*?```python\n(.*?)```", README, re.S).group(1)
+
+
+def test_the_engine_example_serves_the_plain_greedy_tokens(scope):
+    """The engine block runs on the first block's models: request 0's tokens are plain greedy decoding's."""
+    exec(compile(ENGINE, "README.md (engine)", "exec"), scope)
+    outs, plain = scope["outs"], scope["plain"]
+    assert [o.tokens for o in outs] == plain.tokens and all(o.finish_reason == "length" for o in outs)
+    assert "outs[0].tokens == plain.tokens[0]" in ENGINE

@@ -21,7 +21,8 @@ def vllm_config_from_speedup(speedup, largest_batch: int, gamma_max: int = 8) ->
 
     Each batch 1..``largest_batch`` gets the gamma in 1..gamma_max with the highest speedup (the
     smallest on a tie) if that speedup exceeds 1, else 0; neighbouring batches with the same K merge
-    into one inclusive range [start_bs, end_bs, K]. vLLM applies the last range's K to larger batches.
+    into one inclusive range [start_bs, end_bs, K]. vLLM's code carries the last range's K forward to larger
+    batches, up to ``max_num_seqs`` (``build_dynamic_sd_schedule_lookup``; its documentation page does not say).
     ``num_speculative_tokens`` is the largest K used (vLLM's maximum draft window; it must be >= 1).
     """
     if not largest_batch >= 1 or largest_batch != int(largest_batch):
