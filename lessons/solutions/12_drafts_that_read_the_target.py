@@ -155,7 +155,7 @@ def exercise_2(target, small, eagle, prompts, plain):
         print(f"  {name:>15}: per-position acceptance "
               f"{' '.join(f'{a / s.num_drafts:.2f}' for a in s.accepted_per_position)}, mean length {length[name]:.2f}")
     assert 1.8 < length["half a minute"] < length["tiny-code-eagle"] - 0.8
-    assert length["half a minute"] > length["tiny-code-draft"] - 0.6  # close to a draft model trained for 8.5 min
+    assert length["half a minute"] > length["tiny-code-draft"] - 0.6  # close to a draft model trained for about 9 min
     half = min(shipped["curve"], key=lambda c: abs(c["step"] - shipped["steps"] / 2))  # the shipped run, halfway
     first, second = (half["heldout_greedy_match"][0] - at100["heldout_greedy_match"][0],
                      final["heldout_greedy_match"][0] - half["heldout_greedy_match"][0])
@@ -170,9 +170,8 @@ def exercise_2(target, small, eagle, prompts, plain):
           f"{ours['heldout_greedy_match'][0]:.2f} to {final['heldout_greedy_match'][0]:.2f} and the accepted length")
     print(f"  on these prompts from {length['half a minute']:.2f} to {length['tiny-code-eagle']:.2f} tokens a step. "
           f"Half a minute already comes close to the")
-    print(f"  small draft model's {length['tiny-code-draft']:.2f}, trained for 8.5 minutes: reading the target's "
-          f"features is easier to learn than")
-    print("  modelling code from the bytes.")
+    print(f"  small draft model's {length['tiny-code-draft']:.2f}, trained for about 9 minutes (its model card):")
+    print("  reading the target's features is easier to learn than modelling code from the bytes.")
 
 
 def exercise_3():
