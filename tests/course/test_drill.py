@@ -1,9 +1,10 @@
-"""The interview drill: each question folded with a lesson link, and every number in it computed here or cited.
+"""The interview drill: its sections and index, each question folded with a lesson link, every number computed or cited.
 
 A number the drill computes is recomputed below with minispec's own functions and must appear, formatted as the
 drill writes it, in that question's block; every other decimal number in a block must be one the question gives
 or one cited to a source named in the same block. So the drill cannot drift from the code, and a number with no
-source cannot slip in.
+source cannot slip in. The sections must come in the promised order, with the counts the index and their headings
+state.
 """
 
 import functools
@@ -12,13 +13,18 @@ import math
 import re
 from pathlib import Path
 
+import torch
+
 from minispec import roofline as r
+from minispec import serving
+from minispec.decoding.sampling import SamplingParams, probabilities
 from minispec.model.load import ASSETS
 from minispec.roofline.hardware import H100_SXM, H200, Hardware
 
 LESSONS = Path(__file__).parents[2] / "lessons"
 DRILL = LESSONS / "interview_drill.md"
 CARD = json.loads((ASSETS / "evaluation.json").read_text())["acceptance"]  # the embedded pair's model card
+SECTIONS = ("Cost model", "Exactness", "Drafts", "Trees", "Engines", "Deployment")  # the promised order
 
 # Public config.json files (Hugging Face): HuggingFaceTB/SmolLM2-135M-Instruct and SmolLM2-1.7B-Instruct.
 SMOL_135M = dict(architectures=["LlamaForCausalLM"], hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
@@ -31,6 +37,9 @@ SMOL_1_7B = dict(SMOL_135M, hidden_size=2048, intermediate_size=8192, num_hidden
 H, FF, KV, VOCAB, HOT = 4096, 14336, 8 * 128, 128256, 32000
 EAGLE_LAYER = 2 * H * H + 2 * H * KV + 3 * H * FF + 2 * H + 2 * H * H  # attention, MLP, 2 norms, fusing layer
 TP4 = Hardware("4x H100 SXM", 4 * H100_SXM.memory_bandwidth, 4 * H100_SXM.peak_flops, 4 * H100_SXM.memory_bytes)
+# eugr/spark-vllm-docker#343: vLLM's per-position acceptance (share of drafts accepted through position i), MTP on
+# Gemma-4 26B-A4B, measured in two runs.
+MTP_K4, MTP_K2 = (0.844, 0.599, 0.385, 0.271), (0.766, 0.545)
 
 
 def n(value, spec=".2f") -> str:
@@ -55,7 +64,9 @@ def computed() -> dict[int, list[str]]:
     c_smol = r.modelled_draft_cost(1, s135, model=s17)
     eagle = r.ModelShape.from_params(EAGLE_LAYER + VOCAB * H)
     hot = r.ModelShape.from_params(EAGLE_LAYER + HOT * H)
-    E2, E4 = 1 + 0.84 + 0.60, 1 + 0.84 + 0.60 + 0.39 + 0.27  # a reported per-position profile (question 23)
+    # Question 33: E from the per-position profiles; K = 2 against K = 4 at a draft pass costing c = 0.05.
+    k4, k2 = serving.conditional(MTP_K4), serving.conditional(MTP_K2)  # the rate given the positions before
+    E4, E2 = serving.expected_tokens(k4, 4), serving.expected_tokens(k2, 2)
     k_speedup = lambda B, Ek, K: Ek * r.step_time(B, 1) / (r.step_time(B, K + 1) + K * 0.05 * r.step_time(B, 1))
     k2_wins = next(B for B in range(1, 1000) if k_speedup(B, E2, 2) > k_speedup(B, E4, 4))
     lo, hi = 0, 4096  # the least context (tokens per row) from which gamma 4 never breaks even, by bisection
@@ -67,92 +78,126 @@ def computed() -> dict[int, list[str]]:
     mix = r.MIXTRAL_8X7B
     c_tp = r.step_time(1, 1, H100_SXM, r.LLAMA_1B) / r.step_time(1, 1, TP4)
     g_tp = r.best_gamma(1, draft_cost=c_tp)
-    chat = dict(context=192, draft=r.LLAMA_1B)  # short chat, a Llama-3.2-1B draft with its own KV (questions 32-33)
+    chat = dict(context=192, draft=r.LLAMA_1B)  # short chat, a Llama-3.2-1B draft with its own KV (questions 47-48)
     t256, s256 = r.step_time(256, context=192), r.speculative_step_time(256, **chat)
-    tree16 = r.tree_speedup_table([16])[0]  # the best tree at batch 16 (question 26)
+    tree16 = r.tree_speedup_table([16])[0]  # the best tree at batch 16 (question 36)
     trees = r.tree_speedup_table(range(1, 300))
     tree_falls_back = (next(x["batch"] for x in trees if x["chain"]),  # a chain from, plain decoding from
                        next(x["batch"] for x in trees if not x["budget"]))
     table = r.vllm_speculative_config()["num_speculative_tokens_per_batch_size"]
+    overlap = sum(map(min, (0.6, 0.4), (0.9, 0.1)))  # question 18: sampled acceptance of a greedily agreeing pair
+    logits = torch.tensor((0.5, 0.3, 0.2)).log()  # (3,) a model's logits for p = (0.5, 0.3, 0.2)
+    warped = probabilities(logits, SamplingParams(temperature=1.0, top_p=0.7)).tolist()  # question 19: top-p 0.7
+    entropy = -sum(x * math.log(x) for x in p)  # question 21: Medusa's typical-acceptance threshold
+    kv8b = r.LLAMA_8B.kv_bytes_per_token  # bytes per token of Llama-3-8B's KV cache (questions 37-38)
+    words = math.ceil(r.LLAMA_8B.vocab / 32)  # question 43: 32-bit words in one grammar bitmask
+    budget, rows = 8192, 256  # question 41: a token budget and the decoding rows it carries
     return {
-        1: [n(beta, ".1f"), n(1 - beta, ".1f"), n(min(p[0], q[0]) + (1 - beta) * 1, ".1f")],
-        2: [*(n(x, "g") for x in rates[1:]), n(E)],
-        3: [n(1 + 4 * 0.05, ".1f"), n(lev(0.8, 4, 0.05)), n(E)],
-        4: [*(n(x, "g") for x in rates[1:]), n(sum(rates)), n(sum(rates) / 4), n(1 + sum(rates))],
-        5: [*(n(x) for x in wrong), n(0.5 * sum(abs(a - b) for a, b in zip(wrong, p)))],
-        6: [n(code["greedy_match"]), n(code["overlap"])],
-        7: [n(prose["greedy_match"]), n(code["greedy_match"]), n(prose["overlap"]), n(code["overlap"]),
-            n(lev(prose["greedy_match"], 4, 0.05)), str(g_prose), n(r.speculative_speedup(1, prose["greedy_match"],
-                                                                                      g_prose)),
-            str(g_code), n(r.speculative_speedup(1, code["greedy_match"], g_code))],
-        8: [n(ridge, ".0f"), n(r.LLAMA_8B.weight_bytes / 1e9, ".0f"), n(1e3 * r.step_time(1))],
-        9: [n(r.compute_bound_batch(), ".0f"), n(E - 4 * 0.05), n(4 * 0.05), n(r.break_even_batch(), ".0f"),
+        # Cost model
+        1: [*(n(x, "g") for x in rates[1:]), n(E)],
+        2: [n(1 + 4 * 0.05, ".1f"), n(lev(0.8, 4, 0.05)), n(E)],
+        3: [*(n(x, "g") for x in rates[1:]), n(sum(rates)), n(sum(rates) / 4), n(1 + sum(rates))],
+        4: [n(ridge, ".0f"), n(r.LLAMA_8B.weight_bytes / 1e9, ".0f"), n(1e3 * r.step_time(1))],
+        5: [n(r.compute_bound_batch(), ".0f"), n(E - 4 * 0.05), n(4 * 0.05), n(r.break_even_batch(), ".0f"),
             *(n(r.speculative_speedup(B)) for B in (32, 64, 128, 256))],
-        10: [n(H200.ridge, ".0f"), n(r.compute_bound_batch(hardware=H200), ".0f"),
-             n(r.break_even_batch(hardware=H200), ".0f")],
-        11: [str(r.best_gamma(1, a, gamma_max=32)) for a in (0.6, 0.8, 0.9)]
+        6: [n(H200.ridge, ".0f"), n(r.compute_bound_batch(hardware=H200), ".0f"),
+            n(r.break_even_batch(hardware=H200), ".0f")],
+        7: [str(r.best_gamma(1, a, gamma_max=32)) for a in (0.6, 0.8, 0.9)]
         + [str(r.best_gamma(1, 0.8, 32, c)) for c in (0.25, 0.01)] + [str(r.best_gamma(64))],
-        12: [n((4 + 1) / E), n(4 / E), n(r.compute_bound_batch(), ".0f")],
-        13: [n(r.LLAMA_1B.params / r.LLAMA_8B.params * 100, ".1f")],
-        14: [n(r.expected_tokens(0.3, 4)), n(r.speculative_speedup(1, 0.3)), n(r.speculative_speedup(1, 0.3, 4, 0.25))],
-        15: [n(c1b, ".3f"), n(r.speculative_speedup(1, draft=r.LLAMA_1B))],
-        16: [str(full), str(with_1b), str(full - weights_only), str(weights_only), str(weights_only - with_1b),
-             str(r.max_batch(H100_SXM, r.LLAMA_8B, 4096, r.LLAMA_1B, draft_kv_window=512))],
-        17: [n(r.speculative_speedup(1, 0, 4, 0)), n(r.step_time(64, 5) / r.step_time(64, 1)),
-             n(r.speculative_speedup(64, 0, 4, 0))],
-        18: [n(100 * 49152 * 576 / s135.params, ".0f")],
-        19: [n(c_smol, ".3f"), n(100 * c_smol, ".0f"), n(r.speculative_speedup(1, model=s17, draft=s135)),
-             str(SMOL_135M["num_hidden_layers"]), str(SMOL_1_7B["num_hidden_layers"])],
-        20: [n(EAGLE_LAYER / 1e6, ".0f"), n(VOCAB * H / 1e6, ".0f"), n(100 * VOCAB * H / eagle.params, ".0f"),
-             n(r.modelled_draft_cost(1, eagle), ".3f"), n(r.modelled_draft_cost(1, hot), ".3f")],
-        21: [n(100 * (1 - HOT / VOCAB), ".0f")],
-        22: [n(r.expected_tokens(0.85, 1)), n(r.expected_tokens(0.9, 1))],
-        23: [n(E2), n(E4), n(E4 - E2), n(k_speedup(1, E4, 4)), n(k_speedup(1, E2, 2)),
-             n((E4 - E2) / (4 * E2 - 2 * E4), ".3f"), str(k2_wins)],
-        24: [n(r.compute_bound_batch(), ".0f"), *(n(r.compute_bound_batch(gamma=T - 1), ".1f") for T in (32, 64)),
-             n(r.step_time(64, 32) / r.step_time(64, 1))],
-        25: [n(0.3 / 0.5, ".1f"), n(0.2 / 0.5, ".1f"), n(0.5 + 0.5 * 0.3 / 0.5, ".1f")],
-        26: [n(r.step_time(16, 32) / r.step_time(16, 1)), n(tree16["tokens_per_step"]), n(tree16["speedup"]),
-             *map(str, r.sglang_eagle_args(tree16["tree"]).values()), *map(str, tree_falls_back)],
-        27: [n(r.speculative_speedup(256, context=4096)), n(r.speculative_speedup(256)), str(never), str(full),
+        8: [n((4 + 1) / E), n(4 / E), n(r.compute_bound_batch(), ".0f")],
+        9: [n(r.LLAMA_1B.params / r.LLAMA_8B.params * 100, ".1f")],
+        10: [n(r.expected_tokens(0.3, 4)), n(r.speculative_speedup(1, 0.3)), n(r.speculative_speedup(1, 0.3, 4, 0.25))],
+        11: [n(r.speculative_speedup(256, context=4096)), n(r.speculative_speedup(256)), str(never), str(full),
              *(n(r.speculative_speedup(B, context=4096, draft=r.LLAMA_1B)) for B in (1, 64)),
              *(n(r.speculative_speedup(B, context=4096, draft=r.LLAMA_1B, draft_kv_window=512)) for B in (1, 64))],
-        28: [n(r.break_even_batch(context=640, draft=r.LLAMA_1B), ".0f"),
+        12: [n(r.break_even_batch(context=640, draft=r.LLAMA_1B), ".0f"),
              n(r.break_even_batch(context=640, draft=r.LLAMA_1B), ".1f"), n(r.break_even_batch(), ".0f"),
              str(r.max_batch(H100_SXM, r.LLAMA_8B, 640, r.LLAMA_1B)), n(r.LLAMA_1B.kv_bytes_per_token, ",.0f"),
-             n(r.LLAMA_8B.kv_bytes_per_token, ",.0f")],
-        29: [n(r.compute_bound_batch(model=w4), ".1f"), n(r.break_even_batch(model=w4), ".0f"),
+             n(kv8b, ",.0f")],
+        13: [n(r.compute_bound_batch(model=w4), ".1f"), n(r.break_even_batch(model=w4), ".0f"),
              n(0.05 * r.step_time(1) / r.step_time(1, model=w4), ".1f"), n(r.leviathan_speedup(0.8, 4, 0.2)),
              n(r.break_even_batch(model=w4, draft_cost=0.2), ".0f"),
              n(r.modelled_draft_cost(1, r.LLAMA_1B, model=w4)),
              n(r.speculative_speedup(1, model=w4, draft=r.LLAMA_1B))],
-        30: [n(mix.moe.experts_touched(5), ".1f"), n(mix.weight_bytes_read(5) / mix.weight_bytes_read(1), ".1f"),
+        14: [n(mix.moe.experts_touched(5), ".1f"), n(mix.weight_bytes_read(5) / mix.weight_bytes_read(1), ".1f"),
              n(r.speculative_speedup(1, model=mix)), n(r.speculative_speedup(16, model=mix))],
-        31: [n(r.compute_bound_batch(hardware=TP4), ".0f"), n(r.break_even_batch(hardware=TP4), ".0f"),
+        15: [n(r.compute_bound_batch(hardware=TP4), ".0f"), n(r.break_even_batch(hardware=TP4), ".0f"),
              n(1e3 * r.step_time(1, 1, TP4)), n(c_tp), n(r.leviathan_speedup(0.8, 4, c_tp)), str(g_tp),
              n(r.leviathan_speedup(0.8, g_tp, c_tp))],
-        32: [n(r.speculative_speedup(1, draft=r.LLAMA_1B)), n(r.break_even_batch(**chat), ".0f"), n(1e3 * t256),
+        # Exactness
+        16: [n(beta, ".1f"), n(1 - beta, ".1f"), n(min(p[0], q[0]) + (1 - beta) * 1, ".1f")],
+        17: [*(n(x) for x in wrong), n(0.5 * sum(abs(a - b) for a, b in zip(wrong, p)))],
+        18: [n(overlap, ".1f"), n(code["greedy_match"]), n(code["overlap"])],
+        19: [n(x, ".3f") for x in warped[:2]],
+        21: [n(entropy), n(math.exp(-entropy)), n(0.3 * math.exp(-entropy)), n(min(0.09, 0.3 * math.exp(-entropy)))],
+        # Drafts
+        22: [n(prose["greedy_match"]), n(code["greedy_match"]), n(prose["overlap"]), n(code["overlap"]),
+             n(lev(prose["greedy_match"], 4, 0.05)), str(g_prose), n(r.speculative_speedup(1, prose["greedy_match"],
+                                                                                       g_prose)),
+             str(g_code), n(r.speculative_speedup(1, code["greedy_match"], g_code))],
+        23: [n(c1b, ".3f"), n(r.speculative_speedup(1, draft=r.LLAMA_1B))],
+        24: [str(full), str(with_1b), str(full - weights_only), str(weights_only), str(weights_only - with_1b),
+             str(r.max_batch(H100_SXM, r.LLAMA_8B, 4096, r.LLAMA_1B, draft_kv_window=512))],
+        25: [n(r.speculative_speedup(1, 0, 4, 0)), n(r.step_time(64, 5) / r.step_time(64, 1)),
+             n(r.speculative_speedup(64, 0, 4, 0))],
+        26: [n(100 * 49152 * 576 / s135.params, ".0f")],
+        27: [n(c_smol, ".3f"), n(100 * c_smol, ".0f"), n(r.speculative_speedup(1, model=s17, draft=s135)),
+             str(SMOL_135M["num_hidden_layers"]), str(SMOL_1_7B["num_hidden_layers"])],
+        29: [n(EAGLE_LAYER / 1e6, ".0f"), n(VOCAB * H / 1e6, ".0f"), n(100 * VOCAB * H / eagle.params, ".0f"),
+             n(r.modelled_draft_cost(1, eagle), ".3f"), n(r.modelled_draft_cost(1, hot), ".3f")],
+        30: [n(100 * (1 - HOT / VOCAB), ".0f")],
+        31: [n(r.expected_tokens(0.85, 1)), n(r.expected_tokens(0.9, 1))],
+        32: [n(x) for x in k4],
+        33: [n(E4), n(E2), n(E4 - serving.expected_tokens(k4, 2)), n(k_speedup(1, E4, 4)), n(k_speedup(1, E2, 2)),
+             n((E4 - E2) / (4 * E2 - 2 * E4)), str(k2_wins)],
+        # Trees: T nodes per row verify T + 1 tokens, the root included (as lesson 11 counts them)
+        34: [n(r.compute_bound_batch(), ".0f"), *(n(r.compute_bound_batch(gamma=T), ".1f") for T in (32, 64)),
+             n(r.tree_step_time(64, 32) / r.step_time(64, 1))],
+        35: [n(0.3 / 0.5, ".1f"), n(0.2 / 0.5, ".1f"), n(0.5 + 0.5 * 0.3 / 0.5, ".1f")],
+        36: [str(16 * (32 + 1)), n(r.tree_step_time(16, 32) / r.step_time(16, 1)), n(tree16["tokens_per_step"]),
+             n(tree16["speedup"]), *map(str, r.sglang_eagle_args(tree16["tree"]).values()),
+             *map(str, tree_falls_back)],
+        37: [n(kv8b, ",.0f"), n(4 * kv8b / 2**10, ".0f"), n(100 * 4 * kv8b / r.LLAMA_8B.weight_bytes, ".3f")],
+        # Engines
+        38: [n(kv8b, ",.0f"), n(4 * kv8b / 2**20, ".1f"), n(4096 * kv8b / 2**20, ".0f"), n(100 * 4 / 4096, ".1f")],
+        40: [n(100 * 16 / 2048, ".1f")],
+        41: [n(rows * 5, ",.0f"), n(budget - rows * 5, ",.0f"), n(budget - rows, ",.0f"), n(budget // 5, ",.0f")],
+        42: [str(64 * 5), n(r.step_time(64, 5) / r.step_time(64, 1))],
+        43: [n(r.LLAMA_8B.vocab, ",.0f"), n(4 * words, ",.0f"), n(5 * 4 * words, ",.0f")],
+        44: [str(1 + 4)],
+        46: [n(E)],
+        # Deployment
+        47: [n(r.speculative_speedup(1, draft=r.LLAMA_1B)), n(r.break_even_batch(**chat), ".0f"), n(1e3 * t256),
              n(256 / t256, ",.0f"), n(1e3 * s256), n(256 * E / s256, ",.0f"), n(r.speculative_speedup(256, **chat)),
              n(270 * 128, ",.0f")],
-        33: [n(1e3 * s256), n(1e3 * s256 / E), n(100 * (1e3 * s256 / E - 8) / 8, ".0f"), n(1e3 * t256)],
-        34: [f"{K} up to batch {end}" if start == 1 else f"{K} from {start}" for start, end, K in table
+        48: [n(1e3 * s256), n(1e3 * s256 / E), n(100 * (1e3 * s256 / E - 8) / 8, ".0f"), n(1e3 * t256)],
+        49: [f"{K} up to batch {end}" if start == 1 else f"{K} from {start}" for start, end, K in table
              if K in (8, 4, 1, 0)] + [f"{start} to {end}" for start, end, K in table if K in (4, 1)],
-        35: [n(1000 * (E - 1), ",.0f"), n(1000 * (E - 1) / 4000), n(1 + (E - 1))],
-        36: [n(E)],
+        50: [n(1000 * (E - 1), ",.0f"), n(1000 * (E - 1) / 4000), n(1 + (E - 1))],
+        51: [n(1e3 * r.step_time(1)), n(1e3 * r.speculative_step_time(1)), n(1e3 * r.speculative_step_time(1) / E),
+             n(1 - 0.8, ".1f"), n(0.8 ** 4)],
     }
 
 
 # Numbers the question itself sets (inputs), and numbers cited to a source named in the same block.
-GIVEN = {1: {"0.6", "0.3", "0.1", "0.4"}, 2: {"0.8"}, 3: {"0.05"}, 4: {"0.59", "0.8"}, 5: {"0.6", "0.3", "0.1",
-         "0.4"}, 7: {"0.05"}, 8: {"3.35"}, 10: {"4.8"}, 11: {"0.05", "0.6", "0.8", "0.9", "0.25", "0.01"},
-         13: {"1.24"}, 14: {"0.3", "0.25"}, 15: {"0.05", "1.24", "0.155"}, 20: set(), 23: {"0.84", "0.60", "0.39",
-         "0.27", "0.05"}, 25: {"0.5", "0.3", "0.2"}, 27: {"0.05"}, 28: {"0.05"}, 29: {"0.05"}, 31: set(), 32: {"2.8"},
-         33: {"6.5", "8.5"}, 35: {"1.0"}}
-CITED = {17: {"2.8": "vLLM blog", "1.59": "Spec-Bench", "2.43": "Spec-Bench"},
-         20: {"2.29": "Spec-Bench", "3.61": "Spec-Bench"},
-         22: {"1.8": "arXiv 2412.19437", "0.85": "arXiv 2412.19437"},
-         24: {"3.05": "arXiv 2406.16858", "4.26": "arXiv 2406.16858", "4.04": "arXiv 2402.12374"},
-         32: {"1.5": "vLLM blog", "1.4": "vLLM blog"}}
+GIVEN = {1: {"0.8"}, 2: {"0.05"}, 3: {"0.59", "0.8"}, 4: {"3.35"}, 6: {"4.8"},
+         7: {"0.05", "0.6", "0.8", "0.9", "0.25", "0.01"}, 9: {"1.24"}, 10: {"0.3", "0.25"}, 11: {"0.05"},
+         12: {"0.05"}, 13: {"0.05"}, 15: set(), 16: {"0.6", "0.3", "0.1", "0.4"}, 17: {"0.6", "0.3", "0.1", "0.4"},
+         18: {"0.6", "0.4", "0.9", "0.1"}, 19: {"0.7", "0.5", "0.3", "0.2"}, 21: {"0.09", "0.3", "0.6", "0.1", "0.5"},
+         22: {"0.05"}, 23: {"0.05", "1.24", "0.155"}, 29: set(), 33: {"0.05"}, 35: {"0.5", "0.3", "0.2"},
+         47: {"2.8"}, 48: {"6.5", "8.5"}, 50: {"1.0"}}
+CITED = {18: dict.fromkeys(("2.95", "3.82", "2.39", "3.39", "4.04", "4.65", "3.65", "4.26"), "arXiv 2406.16858"),
+         21: {"1.0": "server_args.py"},
+         25: {"2.8": "vLLM blog", "1.59": "Spec-Bench", "2.43": "Spec-Bench"},
+         28: {"2.8": "arXiv 2502.05202"},
+         29: {"2.29": "Spec-Bench", "3.61": "Spec-Bench"},
+         31: {"1.8": "arXiv 2412.19437", "0.85": "arXiv 2412.19437"},
+         33: dict.fromkeys((*map(str, MTP_K4), *map(str, MTP_K2), "55.6", "54.9", "210.0", "303.6"),
+                           "spark-vllm-docker#343"),
+         34: {"3.05": "arXiv 2406.16858", "4.26": "arXiv 2406.16858", "4.04": "arXiv 2402.12374"},
+         40: dict.fromkeys(("1.29", "14.55", "18.77"), "vllm#19996"),
+         47: {"1.5": "vLLM blog", "1.4": "vLLM blog"},
+         51: dict.fromkeys(("8.72", "292.29", "3.42", "3.20"), "sglang#12064")}
 # The reference setting (roofline's defaults, allowed anywhere) and its two headline results, E and the batch-1
 # speedup, which many answers start from (computed here, required where computed() lists them).
 REFERENCE = {n(H100_SXM.memory_bandwidth / 1e12), n(H100_SXM.peak_flops / 1e12, ".0f"), "0.8", "0.05",
@@ -163,6 +208,22 @@ def blocks(text: str) -> tuple[str, dict[int, str]]:
     """The introduction, and question number -> its block (question and answer)."""
     parts = re.split(r"^### (\d+)\. ", text, flags=re.M)
     return parts[0], {int(num): body for num, body in zip(parts[1::2], parts[2::2])}
+
+
+def sections(text: str) -> list[tuple[str, str, int, list[int]]]:
+    """(name, anchor, count its heading states, the question numbers under it) for each ``## Name (N questions)``."""
+    heads = list(re.finditer(r'^<a id="([\w-]+)"></a>\n\n## (.+) \((\d+) questions\)$', text, flags=re.M))
+    out = []
+    for i, m in enumerate(heads):
+        body = text[m.end():heads[i + 1].start() if i + 1 < len(heads) else len(text)]
+        out.append((m[2], m[1], int(m[3]), [int(x) for x in re.findall(r"^### (\d+)\. ", body, flags=re.M)]))
+    return out
+
+
+def index(intro: str) -> list[tuple[str, str, int, int, int]]:
+    """The index table's rows: (name, anchor, count, first, last)."""
+    rows = re.findall(r"^\| \[(.+?)\]\(#([\w-]+)\) \| (\d+) \| (\d+)-(\d+) \|", intro, flags=re.M)
+    return [(name, anchor, int(c), int(a), int(b)) for name, anchor, c, a, b in rows]
 
 
 def found(number: str, block: str) -> bool:
@@ -178,11 +239,24 @@ def decimals(block: str) -> set[str]:
 
 
 def problems(text: str) -> list[str]:
-    """What is wrong with a drill: structure, links, numbers not recomputed, numbers without a source."""
+    """What is wrong with a drill: structure, sections, links, numbers not recomputed, numbers without a source."""
     intro, qs = blocks(text)
     out = [f"introduction: {x} is not a reference figure" for x in sorted(decimals(intro) - REFERENCE)]
+    if "being written" in intro:
+        out.append("introduction: says lessons are 'being written'")
     if sorted(qs) != list(range(1, len(qs) + 1)):
         out.append(f"questions are not numbered 1..{len(qs)}: {sorted(qs)}")
+    found_sections = sections(text)
+    if [s[0] for s in found_sections] != list(SECTIONS):
+        out.append(f"sections are {[s[0] for s in found_sections]}, not {list(SECTIONS)}")
+    for name, _, count, numbers in found_sections:
+        if count != len(numbers):
+            out.append(f"section {name}: its heading says {count} questions, it holds {len(numbers)}")
+    if sum(len(s[3]) for s in found_sections) != len(qs):
+        out.append("some questions are outside every section")
+    expected = [(name, anchor, len(nums), nums[0], nums[-1]) for name, anchor, _, nums in found_sections if nums]
+    if index(intro) != expected:
+        out.append(f"the index {index(intro)} does not match the sections {expected}")
     numbers = computed()
     for i, block in qs.items():
         if not re.search(r"<details><summary>Answer</summary>\n\n.+</details>", block, re.S):
@@ -192,6 +266,8 @@ def problems(text: str) -> list[str]:
             out.append(f"question {i}: no link to the lesson that derives it")
         out += [f"question {i}: links to {x}, which does not exist" for x in links
                 if not (LESSONS / x).is_file()]
+        out += [f"question {i}: refers to question {x}, which does not exist"
+                for x in re.findall(r"question (\d+)", block) if int(x) not in qs]
         mine = numbers.get(i, [])
         out += [f"question {i}: {x} (computed by minispec) is not in the answer" for x in mine if not found(x, block)]
         cited = CITED.get(i, {})
@@ -206,26 +282,52 @@ def test_the_drill_is_consistent_with_the_code():
     assert problems(DRILL.read_text()) == []
 
 
-def test_at_least_25_questions_covering_the_topics():
+def test_at_least_50_questions_covering_the_topics():
     text = DRILL.read_text()
-    assert len(blocks(text)[1]) >= 25
-    for topic in ("tree", "EAGLE", "MTP", "context", "Mixtral", "W4A16", "tensor parallelism", "SLO", "vLLM"):
+    assert len(blocks(text)[1]) >= 50
+    for topic in ("tree", "EAGLE", "MTP", "context", "Mixtral", "W4A16", "tensor parallelism", "SLO", "vLLM",
+                  "lookahead", "prefix", "grammar", "batch-invariant", "tokenizer", "CUDA graphs", "temperature",
+                  "Mamba", "ITL", "typical acceptance", "overlapped"):
         assert topic in text, topic
 
 
 def test_the_check_catches_a_drifted_number_an_unsourced_one_and_a_broken_link():
     text = DRILL.read_text()
     _, qs = blocks(text)
-    drifted = text.replace(qs[9], qs[9].replace("= 187 rows", "= 188 rows"))
-    assert any("question 9: 187 (computed" in p for p in problems(drifted))
-    unsourced = text.replace(qs[3], qs[3].replace("2.80x", "2.80x (2.97x on a good day)"))
-    assert "question 3: 2.97 is neither computed, given nor cited" in problems(unsourced)
-    uncited = text.replace(qs[20], qs[20].replace("Spec-Bench measured", "A benchmark measured"))
-    assert any("question 20: 3.61 is cited to 'Spec-Bench'" in p for p in problems(uncited))
-    unlinked = text.replace(qs[4], qs[4].replace("(00_quickstart.ipynb)", "(00_quickstart_old.ipynb)"))
-    assert "question 4: links to 00_quickstart_old.ipynb, which does not exist" in problems(unlinked)
-    unfolded = text.replace(qs[5], qs[5].replace("<details><summary>Answer</summary>", "**Answer**"))
-    assert any(p.startswith("question 5: no folded answer") for p in problems(unfolded))
+    drifted = text.replace(qs[5], qs[5].replace("= 187 rows", "= 188 rows"))
+    assert any("question 5: 187 (computed" in p for p in problems(drifted))
+    unsourced = text.replace(qs[2], qs[2].replace("2.80x", "2.80x (2.97x on a good day)"))
+    assert "question 2: 2.97 is neither computed, given nor cited" in problems(unsourced)
+    uncited = text.replace(qs[29], qs[29].replace("Spec-Bench measured", "A benchmark measured"))
+    assert any("question 29: 3.61 is cited to 'Spec-Bench'" in p for p in problems(uncited))
+    unlinked = text.replace(qs[3], qs[3].replace("(00_quickstart.ipynb)", "(00_quickstart_old.ipynb)"))
+    assert "question 3: links to 00_quickstart_old.ipynb, which does not exist" in problems(unlinked)
+    unfolded = text.replace(qs[16], qs[16].replace("<details><summary>Answer</summary>", "**Answer**"))
+    assert any(p.startswith("question 16: no folded answer") for p in problems(unfolded))
+
+
+def test_the_check_catches_a_tree_counted_without_its_root_and_a_stale_k2_profile():
+    text = DRILL.read_text()
+    _, qs = blocks(text)
+    rootless = text.replace(qs[34], qs[34].replace("at 8.9", "at 9.2"))  # 295 / 32: the root forgotten
+    assert "question 34: 9.2 is neither computed, given nor cited" in problems(rootless)
+    assert any(p.startswith("question 34: 8.9 (computed") for p in problems(rootless))
+    stale = text.replace(qs[33], qs[33].replace("2.31", "2.44"))  # K = 2 read off the K = 4 run's first two rates
+    assert any(p.startswith("question 33: 2.31 (computed") for p in problems(stale))
+
+
+def test_the_check_catches_sections_out_of_order_miscounted_or_missing_from_the_index():
+    text = DRILL.read_text()
+    miscounted = text.replace("## Trees (4 questions)", "## Trees (5 questions)")
+    assert "section Trees: its heading says 5 questions, it holds 4" in problems(miscounted)
+    unindexed = re.sub(r"^\| \[Trees\].*\n", "", text, flags=re.M)
+    assert any(p.startswith("the index") for p in problems(unindexed))
+    swapped = text.replace("## Trees (4 questions)", "## Drafts again (4 questions)")
+    assert any(p.startswith("sections are") for p in problems(swapped))
+    stale_intro = text.replace("Engine answers cite", "Lessons 11 and 12 are being written. Engine answers cite")
+    assert "introduction: says lessons are 'being written'" in problems(stale_intro)
+    dangling = text.replace("(question 40)", "(question 90)")
+    assert any("refers to question 90" in p for p in problems(dangling))
 
 
 def test_found_reads_whole_numbers_only():
