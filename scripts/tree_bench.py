@@ -66,8 +66,12 @@ def rank_profile(target, draft, prompts: list[list[int]], max_new_tokens: int, r
     raw = [c / rank.numel() for c in counts]
     first = rank == 0  # (B, N)
     after = lambda prev: float((first[:, 1:] & prev).sum() / prev.sum())  # noqa: E731 P(rank 0 | previous)
+    row = lambda prev: list(itertools.accumulate(  # noqa: E731 the profile of the positions after ``prev`` ones
+        (torch.bincount(rank[:, 1:][prev], minlength=ranks)[:ranks] / prev.sum()).tolist(), min))
     return {"row": "profile", "positions": rank.numel(), "raw": raw, "profile": list(itertools.accumulate(raw, min)),
-            "p_rank0_after_rank0": after(first[:, :-1]), "p_rank0_after_other": after(~first[:, :-1])}
+            "p_rank0_after_rank0": after(first[:, :-1]), "p_rank0_after_other": after(~first[:, :-1]),
+            "after_rank0": row(first[:, :-1]), "after_other": row(~first[:, :-1]),
+            "positions_after_rank0": int(first[:, :-1].sum()), "positions_after_other": int((~first[:, :-1]).sum())}
 
 
 def configurations(draft, budgets, profile) -> list[dict]:
@@ -283,6 +287,8 @@ def main(argv=None) -> None:
     ap.add_argument("--rounds", type=int, default=None, help="timed rounds per batch (default 3; --quick 1)")
     ap.add_argument("--replot", action="store_true",
                     help="redraw trees.txt and trees.png from the trees.jsonl in --out; measure nothing")
+    ap.add_argument("--profile", action="store_true",
+                    help="measure the acceptance profile alone (by the parent's rank too) into --out/rank_profile.json")
     args = ap.parse_args(argv)
     out = Path(args.out)
     if out.exists() and not out.is_dir():
@@ -303,14 +309,19 @@ def main(argv=None) -> None:
     target, tok = minispec.load("tiny-code-target")
     draft, _ = minispec.load("tiny-code-draft")
     code = tok.encode(sample_text("code").decode("utf-8", "replace"))
-    hw = hardware.calibrate()
-    shapes = (ModelShape.from_model(target), ModelShape.from_model(draft))
-    context = PROMPT_LEN + max_new / 2
-
     stride = (len(code) - PROMPT_LEN) // 64
     profile_prompts = [code[i * stride + stride // 2:][:PROMPT_LEN] for i in range(8 if args.quick else 64)]
     profile = rank_profile(target, draft, profile_prompts, 16 if args.quick else 64)
     prof = profile["profile"]
+    if args.profile:
+        profile |= {"pair": "tiny-code-target / tiny-code-draft", "quick": args.quick,
+                    "git_revision": bench.environment(target.device, target.dtype)["git_revision"]}
+        (out / "rank_profile.json").write_text(json.dumps(profile, indent=1) + "\n")
+        print(json.dumps({k: v[:8] if isinstance(v, list) else v for k, v in profile.items()}, indent=1))
+        return
+    hw = hardware.calibrate()
+    shapes = (ModelShape.from_model(target), ModelShape.from_model(draft))
+    context = PROMPT_LEN + max_new / 2
     configs = configurations(draft, budgets, prof)
 
     points = []

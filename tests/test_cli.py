@@ -195,3 +195,159 @@ def test_train_eagle_calls_the_trainer_with_its_flags(tmp_path, monkeypatch, cap
     assert "EagleDraft.from_pretrained" in capsys.readouterr().out
     assert main(["train", "eagle", "--out", str(tmp_path / "x")]) == 2  # no --target: named, nothing trained
     assert "--target" in capsys.readouterr().err and len(calls) == 1
+
+
+# --- threads, drafts, marks and errors before work (issue 26) -----------------------------------
+
+def test_decoding_commands_take_threads_and_warn_under_load(monkeypatch, capsys):
+    """--threads sets torch's threads for the command (default: half the logical CPUs, said in --help) and puts
+    them back; a load average above the cores gives one warning line, a quiet machine none."""
+    import os
+
+    import torch
+
+    import minispec.tools.demo
+    from minispec.cli import build_parser, default_threads
+
+    parser = build_parser()
+    for argv in (["demo"], ["generate", "x"], ["bench"]):
+        assert parser.parse_args([*argv, "--threads", "3"]).threads == 3
+        with pytest.raises(SystemExit):
+            parser.parse_args([*argv, "--threads", "0"])
+        with pytest.raises(SystemExit):
+            parser.parse_args([argv[0], "--help"])
+        helped = " ".join(capsys.readouterr().out.split())
+        assert f"half the logical CPUs, at least 1; {default_threads()} here" in helped
+    assert default_threads() == max(1, (os.cpu_count() or 1) // 2)
+
+    seen = []
+    monkeypatch.setattr(minispec.tools.demo, "complete",
+                        lambda *a, **k: seen.append(torch.get_num_threads()) or _FakeCompletion())
+    before = torch.get_num_threads()
+    for argv, load in ((["--threads", "3"], 99.0), ([], 0.0)):
+        monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
+        assert main(["generate", "x", *argv]) == 0
+        err = capsys.readouterr().err
+        assert err.count("warning: load average") == (load > 0)
+        if load:
+            assert f"load average 99.0 on {os.cpu_count()} cores" in err and len(err.split("warning")) == 2
+    assert seen == [3, default_threads()] and torch.get_num_threads() == before
+
+
+class _FakeCompletion:
+    def __str__(self):
+        return "text"
+
+    def summary(self):
+        return "new tokens  1"
+
+
+@pytest.fixture
+def nothing_loads(monkeypatch):
+    """Any model load fails the test: the errors must come first."""
+    import minispec.tools.pair
+
+    monkeypatch.setattr(minispec.tools.pair, "load", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(minispec.tools.pair, "random_model", lambda *a, **k: pytest.fail("a model was built"))
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--draft", "nosuchdraft"], "'nosuchdraft' is neither a directory"),
+    (["--draft", "smollm2-135m-eagle"], "EAGLE head smollm2-135m-eagle reads a target with vocabulary 49152"),
+    (["--draft", "layerskip:9"], "from 1 to the target's 8, got 'layerskip:9'"),
+    (["--draft", "layerskip:x"], "layerskip:N takes a number of layers"),
+    (["--draft", "tiny-code-draft", "--hot-vocab", "8"], "a hot vocabulary is an EAGLE head's"),
+    (["--draft", "tiny-code-eagle", "--hot-vocab", "300"], "from 1 to the vocabulary's 256, got 300"),
+    (["--draft", "tiny-code-draft", "--tree", "branching=64,64,64"], "266,304 nodes per row; a tree may have at most"),
+    (["--draft", "tiny-code-draft", "--tree", "budget=16"], "depth must be an integer >= 1, got None"),
+    (["--draft", "tiny-code-draft", "--tree", "width=3"], "--tree takes branching="),
+    (["--draft", "ngram", "--tree", "budget=16,depth=5"], "not from ngram prompt lookup"),
+    (["--tree", "budget=16,depth=5"], "a tree grows from a draft"),
+    (["--show-accepted"], "--show-accepted marks the draft's tokens"),
+    (["--model", "tiny-code-eagle"], "tiny-code-eagle is an EAGLE head, not a target"),
+    (["--max-new-tokens", "100000"], "leaves no room for a prompt within tiny-code-target's maximum length"),
+    (["--temperature", "-1"], "temperature must be a number >= 0"),
+    (["--top-p", "1.5"], "top_p must be in (0, 1]"),
+])
+def test_generate_checks_every_name_before_any_load(nothing_loads, capsys, argv, message):
+    assert main(["generate", "def f(x):", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_demo_and_bench_check_the_draft_before_any_load(nothing_loads, capsys):
+    for command in ("demo", "bench"):
+        assert main([command, "--draft", "tiny-code-eagle-typo", "--batches", "1"]) == 2
+        assert "'tiny-code-eagle-typo' is neither" in capsys.readouterr().err
+
+
+def test_generate_marks_the_accepted_draft_tokens_of_an_eagle_tree():
+    """An EAGLE head by name and by folder, inside a static tree: the marks sit on the plain text (removing them
+    gives it back) and cover exactly the accepted draft tokens (one byte per token here); the summary gives the
+    tree's depth and nodes, not a gamma."""
+    from minispec.model.load import ASSETS
+    from minispec.tools.demo import complete
+
+    prompt = "def _current(self):\n"
+    plain = complete(prompt, max_new_tokens=40)
+    for head in ("tiny-code-eagle", str(ASSETS / "tiny-code-eagle")):
+        done = complete(prompt, draft=head, tree="branching=3,2,1", max_new_tokens=40, mark="brackets")
+        assert done.text == plain.text and str(done) == done.marked
+        assert re.sub("[«»]", "", done.marked) == plain.text
+        inside = re.findall("«(.*?)»", done.marked, re.S)
+        assert sum(map(len, inside)) == done.stats.accepted_tokens > 10
+        assert "tree  depth 3, 15 nodes per step" in done.summary() and "gamma" not in done.summary()
+        assert "node acceptance rate" in done.summary()
+    coloured = complete(prompt, draft="tiny-code-eagle", max_new_tokens=40, mark="color").marked
+    assert "\x1b[32m" in coloured and re.sub(r"\x1b\[(32|0)m", "", coloured) == plain.text
+
+
+def test_generate_prints_the_stats_below_the_text():
+    """stdout is flushed before the stats go to stderr: merged into one stream, the text comes first and the stats
+    start on a line of their own (a pipe buffers stdout, so without the flush they came first)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # a user's default: a pipe is buffered
+    out = subprocess.run([sys.executable, "-m", "minispec", "generate", "def _current(self):\n", "--max-new-tokens",
+                          "16", "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=120, env=env).stdout
+    assert out.startswith("def _current(self):\n") and out.index("new tokens") > out.index("if self")
+    assert re.search(r"^\s+new tokens  16$", out, re.M)
+
+
+def test_train_checks_out_and_the_target_before_training(tmp_path, monkeypatch, capsys):
+    """--out naming a file, and a hot vocabulary larger than the target's, fail before anything loads or trains
+    (before: a raw FileExistsError after the whole training run)."""
+    import minispec.tools.train_eagle
+
+    monkeypatch.setattr(minispec.tools.train_eagle, "load", lambda *a, **k: pytest.fail("the target was loaded"))
+    monkeypatch.setattr(minispec.tools.train_eagle, "eagle_data", lambda *a, **k: pytest.fail("training started"))
+    file = tmp_path / "passwd"
+    file.write_text("root:x:0:0\n")
+    assert main(["train", "eagle", "--target", "tiny-code-target", "--out", str(file)]) == 2
+    assert f"--out {file} is a file" in capsys.readouterr().err
+    assert main(["train", "tiny-code-draft", "--out", str(file)]) == 2
+    with pytest.raises(ValueError, match="is a file"):
+        minispec.tools.train_eagle.train_eagle("tiny-code-target", file)
+    with pytest.raises(ValueError, match="hot_vocab must be an integer in 1..256"):
+        minispec.tools.train_eagle.train_eagle("tiny-code-target", tmp_path / "head", hot_vocab=1000)
+    with pytest.raises(ValueError, match="'nosuchtarget' is neither"):
+        minispec.tools.train_eagle.train_eagle("nosuchtarget", tmp_path / "head")
+
+
+def test_train_eagle_hides_torchs_dtype_note(tmp_path, monkeypatch):
+    """torch's "Mismatch dtype between input and weight" UserWarning under CPU autocast (a kernel choice no user
+    can act on) does not reach the user of `minispec train eagle`; other warnings still do."""
+    import warnings
+
+    import minispec.tools.train_eagle
+
+    def train(*a, **k):
+        warnings.warn("Mismatch dtype between input and weight: input dtype = c10::BFloat16", UserWarning, stacklevel=2)
+        warnings.warn("something the user can act on", UserWarning, stacklevel=2)
+        return {"steps": 1, "seconds": 1.0}
+
+    monkeypatch.setattr(minispec.tools.train_eagle, "train_eagle", train)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["train", "eagle", "--target", "tiny-code-target", "--out", str(tmp_path / "head")]) == 0
+    assert [str(w.message) for w in caught] == ["something the user can act on"]

@@ -37,8 +37,17 @@ def check_request(model: Model, prompts, max_new_tokens: int, eos_token_id, slac
     ``slack``: extra positions a row may write past max_new_tokens (speculation's draft tokens).
     """
     V, max_pos = model.config.vocab_size, model.config.max_position_embeddings
+    flat = ValueError("expected a list of token lists (a batch of prompts), got a flat list of token ids; "
+                      "for one prompt pass [ids], e.g. [tok.encode(text)]")
+    if isinstance(prompts, torch.Tensor) and prompts.dim() < 2:
+        raise flat
+    if isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and any(isinstance(p, str) for p in prompts)):
+        raise ValueError("prompts are token ids, not text: encode each prompt with the tokenizer, "
+                         "e.g. [tok.encode(text)]")
     if not isinstance(prompts, (list, tuple)) or not prompts:
         raise ValueError("prompts must be a non-empty list of token-id lists")
+    if any(not hasattr(p, "__len__") or (isinstance(p, torch.Tensor) and p.dim() == 0) for p in prompts):
+        raise flat
     prompts = [p.tolist() if isinstance(p, torch.Tensor) else list(p) for p in prompts]
     for i, p in enumerate(prompts):
         if not p:

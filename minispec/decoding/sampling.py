@@ -28,14 +28,16 @@ proof.
 
 **Sampling: one uniform per row and an inverse CDF in float64.** ``sample`` takes u in (0, 1),
 forms the cumulative sum of the weights in float64 and returns the first token whose cumulative
-weight exceeds u * total, with u * total held strictly below the total. A token of weight zero
-adds nothing to the cumulative sum, so it can never be the first to exceed anything: no
-zero-weight token is ever drawn, at any vocabulary size. Uniforms have 52 random bits,
-(k + 0.5) / 2^52, so they lie strictly inside (0, 1) by construction. Chosen by measurement
-(``scripts/sampler_bench.py``): at V = 128k and B = 64 on a 2-core CPU it is several times faster
-than ``torch.multinomial`` and than an exponential race, which needs V random numbers per draw
-(the race in float32 is also what picked zero-weight tokens before: u rounded to 1.0 made
--log(u) = -0 and 0 / -0 = NaN).
+weight exceeds u * total, with u * total held strictly below the total. The weights are scaled
+to integers first (a power of two brings the total to about 2^52, then they are rounded), so the
+cumulative sum is exact whatever order it is added in, on any device: a token of weight zero adds
+exactly nothing, so it can never be the first to exceed anything, and no zero-weight token is ever
+drawn, at any vocabulary size. Uniforms have 52 random bits, (k + 0.5) / 2^52, so they lie
+strictly inside (0, 1) by construction.
+Chosen by measurement (``scripts/sampler_bench.py``): at V = 128k and B = 64 on a 2-core CPU it is
+several times faster than ``torch.multinomial`` and than an exponential race, which needs V random
+numbers per draw (the race in float32 is also what picked zero-weight tokens before: u rounded to
+1.0 made -log(u) = -0 and 0 / -0 = NaN).
 """
 
 from __future__ import annotations
@@ -46,16 +48,24 @@ from typing import NamedTuple
 
 import torch
 
+# The smallest temperature taken: 1 / T must be a float32 number (1 / 3.4e38 = 2.9e-39). Below it the tempered
+# distribution is, to float32, the argmax; but greedy decoding is temperature 0 here, a mode of its own (no random
+# numbers, a tree's children are the draft's top-k, ties go to the lowest id), so such a T is refused, not switched.
+MIN_TEMPERATURE = 1 / torch.finfo(torch.float32).max
+
 
 @dataclass(frozen=True)
 class SamplingParams:
-    temperature: float = 0.0  # 0 = greedy (argmax); otherwise logits are divided by it
+    temperature: float = 0.0  # 0 = greedy (argmax); otherwise logits are divided by it (>= MIN_TEMPERATURE)
     top_k: int | None = None  # keep the k most likely tokens
     top_p: float | None = None  # keep the smallest set of most likely tokens with mass >= top_p
 
     def __post_init__(self):
         if not isinstance(self.temperature, (int, float)) or not self.temperature >= 0:
             raise ValueError(f"temperature must be a number >= 0, got {self.temperature!r}")
+        if 0 < self.temperature < MIN_TEMPERATURE:
+            raise ValueError(f"temperature {self.temperature!r} is below {MIN_TEMPERATURE:.3g}: 1 / temperature "
+                             "overflows float32; use temperature=0 for greedy decoding, its limit")
         if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
             raise ValueError(f"top_k must be an integer >= 1 or None, got {self.top_k!r}")
         if self.top_p is not None and not (0 < self.top_p <= 1):
@@ -70,12 +80,16 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
     """The sampling distribution (..., V), float32, for logits (..., V).
 
     Temperature 0 gives the one-hot distribution of the argmax, so greedy decoding is the
-    temperature-0 case of the same code and nothing is ever divided by zero. Tokens that top-k or
-    top-p remove have probability exactly 0.
+    temperature-0 case of the same code and nothing is ever divided by zero. The logits' maximum is
+    subtracted before dividing by the temperature, so no temperature overflows them (logits / 1e-38
+    would be inf, and softmax of inf is NaN): what is divided is <= 0, and the argmax gets exactly 0.
+    Tokens that top-k or top-p remove have probability exactly 0.
     """
     if params.greedy:
         return torch.zeros_like(logits, dtype=torch.float32).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
-    logits = logits.float() if params.temperature == 1 else logits.float() / params.temperature  # (..., V)
+    logits = logits.float()  # (..., V)
+    if params.temperature != 1:
+        logits = (logits - logits.amax(-1, keepdim=True)).div_(params.temperature)  # (..., V) each <= 0
     if params.top_k is not None and params.top_k < logits.shape[-1]:
         kth = (logits.amax(-1, keepdim=True) if params.top_k == 1
                else logits.topk(params.top_k, dim=-1).values[..., -1:])  # (..., 1) the k-th largest
@@ -93,13 +107,23 @@ def sample(weights: torch.Tensor, u: torch.Tensor | None = None) -> torch.Tensor
     """One token per row (...,) from non-negative weights (..., V), normalised or not.
 
     ``u`` (...,): one uniform in (0, 1) per row (see :func:`uniforms`); the token is the first
-    whose float64 cumulative weight exceeds u * total (an inverse CDF), so a zero-weight token is
-    never drawn. ``u=None`` means the weights are one-hot (temperature 0): take the argmax and
-    spend no randomness. All-zero weights have no distribution; the caller never passes them.
+    whose cumulative weight exceeds u * total (an inverse CDF). The weights are first put on an
+    integer grid: scaled by a power of two that brings the row's total to about 2^52, and rounded.
+    Integers below 2^53 add exactly in float64, in any order, so the cumulative sum is the same
+    from a left-to-right scan and from a parallel one (which, over raw floats, rounds a zero
+    weight's entry apart from its neighbour's), and a zero weight, still exactly 0, leaves it
+    unchanged: a zero-weight token is never drawn, on any device. The grid moves each token's
+    probability by at most 2^-52 (a float64 cumulative sum's own resolution); a token below
+    2^-53 of the total is never drawn either.
+    ``u=None`` means the weights are one-hot (temperature 0): take the argmax and spend no
+    randomness. All-zero weights have no distribution, and a total past float32's range has no
+    exponent; the caller passes neither.
     """
     if u is None:
         return weights.argmax(-1)
-    cdf = weights.double().cumsum(-1)  # (..., V)
+    _, e = torch.frexp(weights.sum(-1, keepdim=True))  # (..., 1) total < 2^e (float32: only its exponent counts)
+    scale = torch.ldexp(torch.ones_like(e, dtype=torch.float64), 52 - e)  # (..., 1) a power of two: exact
+    cdf = weights.double().mul_(scale).round_().cumsum(-1)  # (..., V) integers < 2^53: exact in any order
     total = cdf[..., -1:]  # (..., 1)
     below = torch.minimum(u[..., None] * total, torch.nextafter(total, torch.zeros_like(total)))  # (..., 1) < total
     return torch.searchsorted(cdf, below, right=True)[..., 0].clamp_max(weights.shape[-1] - 1)  # (...,)

@@ -1,5 +1,12 @@
 """What a decoding run measured: latency percentiles, throughput, acceptance (vLLM's names).
 
+Acceptance, per draft-verify step of a row (a "draft"):
+  acceptance rate         accepted / tokens drafted along one path: vLLM's draft acceptance rate for a chain
+                          (accepted / draft tokens); for a tree, as if it drafted one path as deep as the tree.
+  node acceptance rate    accepted / every draft token verified: the same for a chain, far lower for a tree,
+                          whose nodes mostly lie off the path that is accepted.
+  mean acceptance length  1 + accepted / drafts: tokens a row gains per step (vLLM's), chain or tree.
+
 Latency terms, per row (a row is one request):
   TTFT  time to first token: from the call to the first token of the row.
   TPOT  time per output token after the first: (finish time - TTFT) / (tokens - 1).
@@ -45,22 +52,33 @@ class Stats:
     row_tokens: list[int] = field(repr=False)  # output tokens of each row
     row_tpot_s: list[float] = field(repr=False)  # TPOT of each row (nan for a one-token row)
     # Speculative decoding only (None for plain decoding):
-    gamma: int | str | None = None  # draft length, or "auto"
+    gamma: int | str | None = None  # draft length (a tree: the depth it was cut to), or "auto"
     draft: str | None = None  # what drafted, e.g. "PromptLookupDraft(max_ngram=3, min_ngram=1)"
     num_drafts: int | None = None  # (row, step) pairs that proposed at least one token
     draft_tokens: int | None = None  # tokens proposed by the draft (a prompt-lookup row without a match proposes none)
     # draft tokens the rule accepted (in a row's last step, also those cut by max_new_tokens or EOS)
     accepted_tokens: int | None = None
     tested_tokens: int | None = None  # draft tokens the accept test reached (up to each row's first rejection)
+    path_tokens: int | None = None  # draft tokens along one path: a chain's draft_tokens; a tree's depth per draft
     accepted_per_position: list[int] | None = None  # draft tokens accepted at position (tree depth) i
     per_position_acceptance_rates: list[float] | None = None  # accepted at position i / num_drafts (vLLM's)
     accepted_per_rank: list[int] | None = None  # trees: accepted nodes that were their parent's k-th child
     gamma_per_step: list[int] | None = field(default=None, repr=False)  # the gamma each step used
+    tree_depth: int | None = None  # trees only: the deepest tree verified (gamma cuts it)
+    tree_nodes: int | None = None  # trees only: the most draft nodes a row offered in one step
     synthetic: bool = False  # the accept rule was a synthetic one (bench's Bernoulli(alpha) acceptance), not exact
 
     @property
     def acceptance_rate(self) -> float | None:
-        """accepted / draft tokens, a fraction (vLLM's draft acceptance rate)."""
+        """accepted / tokens drafted along one path: vLLM's draft acceptance rate (accepted / draft tokens)
+        for a chain; for a tree, accepted / (its depth x drafts), the rate of a chain as deep as the tree."""
+        drafted = self.draft_tokens if self.path_tokens is None else self.path_tokens  # None: counted chains only
+        return self.accepted_tokens / drafted if drafted else None
+
+    @property
+    def node_acceptance_rate(self) -> float | None:
+        """accepted / draft tokens verified: for a tree, the share of its nodes that were accepted (a chain:
+        its acceptance rate)."""
         if not self.draft_tokens:
             return None
         return self.accepted_tokens / self.draft_tokens
@@ -98,8 +116,9 @@ class Stats:
     def to_dict(self) -> dict:
         """One JSON-ready row: every field and derived metric, per-row lists left out."""
         d = {k: v for k, v in dataclasses.asdict(self).items() if k not in ("row_tokens", "row_tpot_s")}
-        d |= {"acceptance_rate": self.acceptance_rate, "mean_acceptance_length": self.mean_acceptance_length,
-              "alpha_estimate": self.alpha_estimate, "tpot_mean_s": self.tpot_mean_s}
+        d |= {"acceptance_rate": self.acceptance_rate, "node_acceptance_rate": self.node_acceptance_rate,
+              "mean_acceptance_length": self.mean_acceptance_length, "alpha_estimate": self.alpha_estimate,
+              "tpot_mean_s": self.tpot_mean_s}
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
 
 

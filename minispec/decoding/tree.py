@@ -26,18 +26,32 @@ class Tree(NamedTuple):
     width: int  # the most children any node has (a host int)
 
 
+MAX_NODES = 1024  # draft nodes per row a tree may have: its verify pass holds (T+1) x V logits and a (T+1)^2 mask
+
+
+def tree_nodes(branching: tuple[int, ...]) -> int:
+    """Nodes of the static tree ``branching`` (4 + 8 + 16 + 16 = 44 for (4, 2, 2, 1)), without building it."""
+    total, level = 0, 1
+    for k in branching:
+        level *= k
+        total += level
+    return total
+
+
 def static_tree(branching: tuple[int, ...] | None = None, paths: list[tuple[int, ...]] | None = None) -> list[int]:
     """The parent list (node j's parent at index j - 1; 0 = the root) of a static tree, nodes in depth order.
 
     ``branching=(4, 2, 2, 1)``: every node at depth d has branching[d] children (4 + 8 + 16 + 16 = 44
     nodes). ``paths``: Medusa/SpecInfer style, each path a tuple of child ranks from the root, e.g.
-    ``[(0,), (0, 0), (1,), (0, 1)]``; every prefix of a path is a node too.
+    ``[(0,), (0, 0), (1,), (0, 1)]``; every prefix of a path is a node too. At most :data:`MAX_NODES`
+    nodes; built in time linear in the nodes (paths: plus a sort).
     """
     if (branching is None) == (paths is None):
         raise ValueError("give exactly one of branching=(children per node at each depth) or paths=[...]")
     if branching is not None:
         if not branching or not all(isinstance(k, int) and not isinstance(k, bool) and k >= 1 for k in branching):
             raise ValueError(f"branching must be a non-empty tuple of integers >= 1, got {branching!r}")
+        _check_size(tree_nodes(branching), f"branching={tuple(branching)}")
         level, parents = [0], []
         for k in branching:
             nxt = []
@@ -50,12 +64,20 @@ def static_tree(branching: tuple[int, ...] | None = None, paths: list[tuple[int,
     if not paths or not all(isinstance(p, (tuple, list)) and p and all(
             isinstance(r, int) and not isinstance(r, bool) and r >= 0 for r in p) for p in paths):
         raise ValueError(f"paths must be a non-empty list of non-empty tuples of child ranks >= 0, got {paths!r}")
+    if sum(len(p) for p in paths) > MAX_NODES:  # an upper bound on the nodes: check before building the set
+        _check_size(len({tuple(p[:i]) for p in paths for i in range(1, len(p) + 1)}), f"{len(paths)} paths")
     nodes = sorted({tuple(p[:i]) for p in paths for i in range(1, len(p) + 1)}, key=lambda p: (len(p), p))
     index = {(): 0} | {p: i + 1 for i, p in enumerate(nodes)}
     for p in nodes:
         if p[-1] and p[:-1] + (p[-1] - 1,) not in index:
             raise ValueError(f"path {p} has child rank {p[-1]} but its parent has no child of rank {p[-1] - 1}")
     return [index[p[:-1]] for p in nodes]
+
+
+def _check_size(nodes: int, what: str) -> None:
+    if nodes > MAX_NODES:
+        raise ValueError(f"{what} makes a tree of {nodes:,} nodes per row; a tree may have at most {MAX_NODES:,} "
+                         f"(its verify pass holds (nodes + 1) x vocabulary logits and a (nodes + 1)^2 mask per row)")
 
 
 def depths(parent: torch.Tensor, depth: int) -> torch.Tensor:

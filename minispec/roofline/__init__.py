@@ -1,10 +1,11 @@
 """Predict decode and speculative step times per operator from the roofline of the hardware.
 
-The cost model, in five modules read in this order: :mod:`~minispec.roofline.hardware` (ceilings: datasheet
+The cost model, in six modules read in this order: :mod:`~minispec.roofline.hardware` (ceilings: datasheet
 presets and a calibration of this device), :mod:`~minispec.roofline.shapes` (what a model reads and
-multiplies), :mod:`~minispec.roofline.chain` (a chain of gamma drafts), :mod:`~minispec.roofline.tree` (trees),
+multiplies), :mod:`~minispec.roofline.chain` (a chain of gamma drafts), :mod:`~minispec.roofline.profile`
+(which child of a tree node is accepted), :mod:`~minispec.roofline.tree` (trees),
 :mod:`~minispec.roofline.export` (vLLM's and SGLang's settings); :mod:`~minispec.roofline.policy` turns it into
-a gamma per step at run time. Every public name of the first four is importable from here.
+a gamma per step at run time. Every public name of the first five is importable from here.
 
 Notation (Leviathan et al. 2023): p = target distribution, q = draft distribution,
 gamma = draft tokens per step, alpha = acceptance rate of one draft token, c = the cost of one
@@ -56,9 +57,11 @@ root (the last accepted token) included. It is drafted in one pass per level, pa
 i - 1 that get children, each c * t(B, w_i) (or a draft shape's own step). From an acceptance profile by child
 rank (Sequoia's positional acceptance vector: P(the accepted child is the one of rank k)), a node is accepted
 with the product of the profile along its path, and E = 1 + the sum over nodes; the best tree of n nodes is the
-n most probable nodes. At batch 1 verification is free, so 64 nodes raise E from 3.4 (a chain of 4) to 7.0; but
-every row verifies every node, so the weights turn compute-bound at B (T + 1) = 295 tokens, about 5 rows for
-64 nodes, and the best budget falls to a chain and then to 0 (:func:`best_tree_budget`).
+n most probable nodes (:mod:`~minispec.roofline.profile`: a profile assumed from alpha, or measured, or
+conditioned on the parent's rank). At batch 1 verification is free up to 295 tokens per row on an H100, so the
+best tree has 294 nodes and raises E from 3.4 (a chain of 4) to 7.1 at alpha 0.8; but every row verifies every
+node, so the weights turn compute-bound at B (T + 1) = 295 tokens, and the best budget falls with the batch (72
+nodes at 4 rows, 17 at 16), to a chain and then to 0 (:func:`best_tree_budget`).
 
 A draft's cost includes its LM head, vocab x hidden: most of a one-layer EAGLE head on a large vocabulary
 (68 % of one on Llama-3-8B, 96 % on Gemma-3-270M). A hot vocabulary (FR-Spec, Zhao et al. 2025; EAGLE-3's 32k
@@ -88,6 +91,7 @@ from minispec.roofline.export import (  # noqa: F401 re-exported
     vllm_speculative_config,
 )
 from minispec.roofline.hardware import H100_SXM, H200, Hardware  # noqa: F401 re-exported
+from minispec.roofline.profile import EMBEDDED_PROFILE, RankProfile, default_profile  # noqa: F401 re-exported
 from minispec.roofline.shapes import (  # noqa: F401 re-exported
     EAGLE_8B,
     GEMMA3_270M,
@@ -107,10 +111,10 @@ from minispec.roofline.shapes import (  # noqa: F401 re-exported
     quantized,
 )
 from minispec.roofline.tree import (  # noqa: F401 re-exported
+    SEARCH_LIMIT,
     TreeShape,
     best_tree,
     best_tree_budget,
-    default_profile,
     tree_expected_tokens,
     tree_speculative_step_time,
     tree_speedup,

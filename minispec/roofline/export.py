@@ -13,7 +13,7 @@ import math
 from minispec.roofline.chain import break_even_batch, max_batch, speculative_speedup
 from minispec.roofline.hardware import H100_SXM, Hardware
 from minispec.roofline.shapes import LLAMA_8B, ModelShape, check_arguments
-from minispec.roofline.tree import _BUDGETS, TreeShape, _best_tree_at
+from minispec.roofline.tree import TreeShape, _best_tree_at
 
 
 def vllm_config_from_speedup(speedup, largest_batch: int, gamma_max: int = 8) -> dict:
@@ -88,7 +88,7 @@ def sglang_eagle_args(tree: TreeShape) -> dict:
             "speculative_num_draft_tokens": tree.nodes + 1}
 
 
-def sglang_speculative_config(alpha: float = 0.8, budgets=_BUDGETS, draft_cost: float = 0.05,
+def sglang_speculative_config(alpha: float = 0.8, budgets=None, draft_cost: float = 0.05,
                               hardware: Hardware = H100_SXM, model: ModelShape = LLAMA_8B, context: float = 0, *,
                               profile=None, draft: ModelShape | None = None, draft_kv_window: int | None = None,
                               max_depth: int = 12, usable_fraction: float = 0.9,

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from minispec.roofline import LLAMA_8B, ModelShape, expected_tokens, speculative_speedup
 from minispec.roofline import check_arguments as _check
 from minispec.roofline.hardware import H100_SXM, Hardware
+from minispec.roofline.profile import RankProfile, default_profile
+from minispec.roofline.tree import TreeShape, best_tree, tree_speedup
 
 
 @dataclass(kw_only=True)
@@ -200,17 +202,76 @@ class MeasuredPolicy(GammaPolicy):
             verify + gamma * self.table.draft(batch))
 
 
+@dataclass(kw_only=True)
+class TreePolicy(RooflinePolicy):
+    """For a tree draft, whose depth gamma caps: the depth whose tree the roofline predicts fastest.
+
+    Gamma g verifies the tree's nodes down to depth g, after g draft passes: a static ``tree`` cut at depth g
+    (:meth:`TreeShape.truncated`), or a dynamic tree (EAGLE-2) of ``budget`` nodes chosen among topk + (g - 1)
+    topk^2 candidates, drafted in passes over 1, topk, ..., topk tokens per row, and credited with the best tree of
+    that many nodes, depth <= g and ranks < ``topk`` (the most a dynamic tree can accept, as the draft ranks nodes
+    by its own q). Each is priced by :func:`~minispec.roofline.tree_speedup`: every row verifies every node. The
+    running alpha is the first-ranked child's acceptance per level reached (what the loop reports for a tree), and
+    ``profile`` (None: :func:`default_profile` of it) gives the other ranks.
+    """
+
+    tree: TreeShape | None = None  # a static tree, whole
+    budget: int | None = None  # or a dynamic tree: nodes verified per row
+    topk: int = 4  # ... and children per expanded node, nodes expanded per pass
+    profile: tuple | list | RankProfile | None = None  # acceptance by child rank; None: default_profile(alpha)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if (self.tree is None) == (self.budget is None):
+            raise ValueError("a TreePolicy needs a static tree= or a dynamic tree's budget=, not both or neither")
+        if self.budget is not None and not (self.budget >= 1 and self.topk >= 1):
+            raise ValueError(f"budget and topk must be >= 1, got budget={self.budget}, topk={self.topk}")
+        if self.tree is not None:
+            self._cut = {g: self.tree.truncated(g) for g in range(1, self.gamma_max + 1)}
+
+    def verified(self, gamma: int, alpha: float) -> tuple[TreeShape, tuple[int, ...] | None]:
+        """The tree gamma verifies and its draft passes (None: the tree's own ``expanded``)."""
+        if self.tree is not None:
+            return self._cut[gamma], None
+        k, nodes = self.topk, min(self.budget, self.topk + (gamma - 1) * self.topk ** 2)
+        return best_tree(nodes, alpha, profile=_first_ranks(self.profile, alpha, k), max_depth=gamma), \
+            (1,) + (k,) * (gamma - 1)
+
+    def speedup(self, batch: float, gamma: int, alpha: float | None = None, context: float | None = None) -> float:
+        if gamma == 0:
+            return 1.0
+        alpha = self.alpha if alpha is None else alpha
+        tree, passes = self.verified(gamma, alpha)
+        return tree_speedup(batch, tree, alpha, self.draft_cost, self.hardware, self.model,
+                            self.context if context is None else context, profile=self.profile, draft=self.draft,
+                            draft_kv_window=self.draft_kv_window, passes=passes)
+
+
+def _first_ranks(profile, alpha: float, k: int):
+    """``profile`` (None: the default one of alpha) with ranks k and past never accepted: a top-k tree's."""
+    if profile is None:
+        return default_profile(alpha, k)
+    if isinstance(profile, RankProfile):
+        return RankProfile(profile.after_first[:k], profile.after_other[:k])
+    rows = list(profile)
+    return [tuple(r)[:k] for r in rows] if rows and hasattr(rows[0], "__len__") else tuple(rows)[:k]
+
+
 def auto_policy(target: ModelShape, draft: ModelShape | None, hardware: Hardware, gamma_max: int = 8,
                 **kw) -> RooflinePolicy:
-    """The policy behind ``speculative_generate(..., gamma="auto")``: a :class:`RooflinePolicy` for this pair.
+    """The policy behind ``speculative_generate(..., gamma="auto")``: a :class:`RooflinePolicy` for this pair, or
+    for a tree draft (``tree=`` a static :class:`TreeShape`, or ``budget=`` and ``topk=`` of a dynamic one) a
+    :class:`TreePolicy`, which prices the nodes every row verifies at each depth, not a chain.
 
     ``target`` and ``draft`` are shapes (:meth:`ModelShape.from_model`), ``hardware`` the ceilings
     of their device (the caller picks: a datasheet preset or a calibration); c follows from the
     draft's own weights and KV at each batch and context. ``draft=None`` is a draft that costs
-    nothing (prompt lookup: c = 0). ``kw`` goes to :class:`RooflinePolicy` (alpha0, context, ...).
+    nothing (prompt lookup: c = 0), unless ``kw`` sets ``draft_cost``. ``kw`` goes to the policy (alpha0,
+    context, ...).
     """
     kw = ({"draft": draft} if draft is not None else {"draft_cost": 0.0}) | kw
-    return RooflinePolicy(gamma_max=gamma_max, model=target, hardware=hardware, **kw)
+    tree = "tree" in kw or "budget" in kw
+    return (TreePolicy if tree else RooflinePolicy)(gamma_max=gamma_max, model=target, hardware=hardware, **kw)
 
 
 @dataclass(kw_only=True)

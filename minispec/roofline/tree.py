@@ -5,9 +5,11 @@ root (the last accepted token) included. It is drafted in one pass per level, pa
 i - 1 that get children, each c * t(B, w_i) (or a draft shape's own step). From an acceptance profile by child
 rank (Sequoia's positional acceptance vector: P(the accepted child is the one of rank k)), a node is accepted
 with the product of the profile along its path, and E = 1 + the sum over nodes; the best tree of n nodes is the
-n most probable nodes. At small batch verification is nearly free, so a large tree raises E well above a
-chain's; but every row verifies every node, so the weights turn compute-bound at B (T + 1) = 295 tokens on an
-H100 (about 5 rows for 64 nodes), and the best budget falls to a chain and then to 0 (:func:`best_tree_budget`).
+n most probable nodes (profiles: :mod:`minispec.roofline.profile`). At small batch verification is nearly free,
+so a large tree raises E well above a chain's; but every row verifies every node, so the weights turn
+compute-bound at B (T + 1) = 295 tokens on an H100 (the best tree: 294 nodes at batch 1, 72 at batch 4), and the
+best budget falls to a chain and then to 0 (:func:`best_tree_budget`, which searches budgets until no larger tree
+can win).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from functools import lru_cache
 
 from minispec.roofline.chain import _draft_step_time, step_time
 from minispec.roofline.hardware import H100_SXM, Hardware
+from minispec.roofline.profile import Rows, profile_rows, steady, steady_tokens
 from minispec.roofline.shapes import LLAMA_8B, ModelShape, check_arguments
 
 
@@ -133,88 +136,79 @@ class TreeShape:
         """One path: every node the first child of its parent."""
         return not any(self.ranks)
 
-
-def default_profile(alpha: float, ranks: int = 64) -> tuple[float, ...]:
-    """The acceptance profile assumed from alpha alone: the child of rank k is the accepted one with probability
-    alpha (1 - alpha)^k, the chance that k tries fail and the next one succeeds if each succeeds with alpha.
-
-    Rank 0 gets alpha, so a chain keeps Leviathan's E. It is a model, not a measurement: under exact sampling a
-    rejection removes the rejected token's mass from p, and deterministic top-k children are accepted with
-    p(x_k), so real profiles fall faster or slower than this. Measure the pair's own (the share of steps whose
-    accepted child at a node had rank k: Sequoia's positional acceptance vector) and pass it as ``profile``.
-    """
-    check_arguments(alpha=alpha)
-    return tuple(alpha * (1 - alpha) ** k for k in range(ranks))
-
-
-def _profile_rows(alpha: float, profile, ranks: int) -> tuple[tuple[float, ...], ...]:
-    """The profile as rows by depth, checked; the default one from alpha if ``profile`` is None."""
-    if profile is None:
-        return (default_profile(alpha, max(ranks, 1)),)
-    rows = list(profile)
-    rows = [rows] if rows and not hasattr(rows[0], "__len__") else rows
-    rows = tuple(tuple(float(p) for p in row) for row in rows)
-    if not rows or not all(rows):
-        raise ValueError(f"profile must be a non-empty list of probabilities by rank, or one such list per depth, "
-                         f"got {profile!r}")
-    for row in rows:
-        if not all(0 <= p <= 1 for p in row) or sum(row) > 1 + 1e-9:
-            raise ValueError(f"a profile row gives disjoint events' probabilities (which child is accepted): each "
-                             f"in [0, 1] and their sum <= 1, got {row}")
-    return rows
-
-
-def _rank_probability(rows, depth: int, rank: int) -> float:
-    """P(the accepted child of a node at ``depth`` (the root at 0) is its child of this rank); rows past the last
-    repeat it, ranks past a row's end are never accepted."""
-    row = rows[min(depth, len(rows) - 1)]
-    return row[rank] if rank < len(row) else 0.0
+    def truncated(self, depth: int) -> TreeShape:
+        """The nodes down to ``depth``: what a tree draft verifies when gamma caps its depth."""
+        index: dict[int, int] = {-1: -1}
+        for i, d in enumerate(self.depths):
+            if d <= depth:
+                index[i] = len(index) - 1
+        kept = [i for i in index if i >= 0]
+        return TreeShape(tuple(index[self.parents[i]] for i in kept), tuple(self.ranks[i] for i in kept))
 
 
 def tree_expected_tokens(tree: TreeShape, alpha: float = 0.8, *, profile=None) -> float:
     """E, tokens a tree step yields per row: 1 + the sum over nodes of P(the node is reached and accepted).
 
     A node is accepted when each node on its path is the accepted child of its parent, so its probability is the
-    product of ``profile[k]`` over the ranks k of its path (Sequoia, Chen et al. 2024, arXiv 2402.12374).
-    ``profile``: P(the accepted child is the one of rank k), one list, or one list per depth (row d for the
-    children of depth-d nodes, the root's at 0; the last row repeats); None = :func:`default_profile` (alpha).
-    A chain with profile (alpha,) gives Leviathan's E = (1 - alpha^(gamma+1)) / (1 - alpha).
+    product of the profile's entries along its path (Sequoia, Chen et al. 2024, arXiv 2402.12374). ``profile``
+    (:mod:`minispec.roofline.profile`): P(the accepted child is the one of rank k), one list, one list per depth
+    (row d for the children of depth-d nodes, the root's at 0; the last row repeats), or a :class:`RankProfile`
+    (conditioned on each parent's own rank, the root's from the step before, in the steady state); None:
+    :func:`default_profile` of alpha (an assumption, stated there). A chain with profile (alpha,) gives Leviathan's
+    E = (1 - alpha^(gamma+1)) / (1 - alpha).
     """
-    rows = _profile_rows(alpha, profile, max(tree.ranks, default=0) + 1)
-    reached, depths = [], tree.depths
-    for parent, rank, depth in zip(tree.parents, tree.ranks, depths):
-        reached.append((reached[parent] if parent >= 0 else 1.0) * _rank_probability(rows, depth - 1, rank))
-    return 1.0 + sum(reached)
+    models, depths = profile_rows(alpha, profile, max(tree.ranks, default=0) + 1), tree.depths
+    return steady(tree.parents, tree.ranks, depths, models, [_reach(tree.parents, tree.ranks, depths, m)
+                                                            for m in models])
 
 
-def _greedy_tree(rows, budget: int, max_depth: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[float, ...]]:
-    """Nodes in the order best-first search takes them from the infinite tree: (parents, ranks, P(reached))."""
-    heap = [(-_rank_probability(rows, 0, 0), 1, 0, -1, 0, 1.0)]  # (-P, depth, tie, parent, rank, P(parent))
-    parents, ranks, reached, tie = [], [], [], 0
+def _reach(parents, ranks, depths, model: Rows) -> list[float]:
+    """Each node's P(reached and accepted) under ``model``."""
+    reached: list[float] = []
+    for parent, rank, depth in zip(parents, ranks, depths):
+        up, parent_rank = (reached[parent], ranks[parent]) if parent >= 0 else (1.0, -1)
+        reached.append(up * model.p(depth - 1, parent_rank, rank))
+    return reached
+
+
+def _greedy_tree(model: Rows, budget: int, max_depth: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Nodes in the order best-first search takes them from the infinite tree: (parents, ranks)."""
+    heap = [(-model.p(0, -1, 0), 1, 0, -1, -1, 0, 1.0)]  # (-P, depth, tie, parent, its rank, rank, P(parent))
+    parents, ranks, tie = [], [], 0
     while heap and len(parents) < budget:
-        neg, depth, _, parent, rank, above = heapq.heappop(heap)
+        neg, depth, _, parent, parent_rank, rank, above = heapq.heappop(heap)
         if neg >= 0:  # the best left is never accepted
             break
         node = len(parents)
         parents.append(parent)
         ranks.append(rank)
-        reached.append(-neg)
-        sibling = above * _rank_probability(rows, depth - 1, rank + 1)
-        child = -neg * _rank_probability(rows, depth, 0)
-        for p, d, up, r, a in ((sibling, depth, parent, rank + 1, above), (child, depth + 1, node, 0, -neg)):
-            if p > 0 and d <= max_depth:
+        sibling = above * model.p(depth - 1, parent_rank, rank + 1)
+        child = -neg * model.p(depth, rank, 0)
+        for q, d, up, up_rank, r, a in ((sibling, depth, parent, parent_rank, rank + 1, above),
+                                        (child, depth + 1, node, rank, 0, -neg)):
+            if q > 0 and d <= max_depth:
                 tie += 1
-                heapq.heappush(heap, (-p, d, tie, up, r, a))
-    return tuple(parents), tuple(ranks), tuple(reached)
+                heapq.heappush(heap, (-q, d, tie, up, up_rank, r, a))
+    return tuple(parents), tuple(ranks)
 
 
-def _check_tree_arguments(budgets, max_depth) -> tuple[int, ...]:
-    budgets = tuple(budgets)
-    if not budgets or any(n < 0 or n != int(n) for n in budgets):
-        raise ValueError(f"budgets (draft nodes per row) must be integers >= 0, at least one, got {budgets}")
+def _check_tree_arguments(budgets, max_depth) -> tuple[int, ...] | None:
+    if budgets is not None:
+        budgets = tuple(budgets)
+        if not budgets or any(n < 0 or n != int(n) for n in budgets):
+            raise ValueError(f"budgets (draft nodes per row) must be integers >= 0, at least one, got {budgets}")
+        budgets = tuple(sorted({int(n) for n in budgets}))
     if max_depth is not None and not (max_depth >= 1 and max_depth == int(max_depth)):
         raise ValueError(f"max_depth must be an integer >= 1 (or None), got {max_depth}")
-    return tuple(sorted({int(n) for n in budgets}))
+    return budgets
+
+
+def _models(alpha, profile, ranks: int, who: str) -> tuple[Rows, ...]:
+    models = profile_rows(alpha, profile, ranks)
+    if not all(m.non_increasing for m in models):
+        raise ValueError(f"{who} needs a profile non-increasing in rank (sort it, or use Sequoia's dynamic "
+                         f"programme), got {profile}")
+    return models
 
 
 def best_tree(budget: int, alpha: float = 0.8, *, profile=None, max_depth: int | None = None) -> TreeShape:
@@ -225,29 +219,37 @@ def best_tree(budget: int, alpha: float = 0.8, *, profile=None, max_depth: int |
     is the n most probable nodes of the infinite tree: taking them best first keeps every parent and elder sibling.
     Sequoia's dynamic programme covers profiles that rise with rank; this function refuses them. Nodes never
     accepted are not added, so the tree can have fewer than ``budget`` nodes. Nodes come in the order taken:
-    by falling probability, parents first; ties go to the shallower node.
+    by falling probability, parents first; ties go to the shallower node. With a :class:`RankProfile`, nodes are
+    ranked as in a step after a rejection (the root's children by ``after_other``), most steps once trees are wide.
     """
     _check_tree_arguments((budget,), max_depth)
-    rows = _profile_rows(alpha, profile, budget)
-    if any(a < b for row in rows for a, b in zip(row, row[1:])):
-        raise ValueError(f"best_tree needs a profile non-increasing in rank (sort it, or use Sequoia's dynamic "
-                         f"programme), got {profile}")
-    parents, ranks, _ = _greedy_tree(rows, budget, max_depth or max(budget, 1))
-    return TreeShape(parents, ranks)
+    model = _models(alpha, profile, budget, "best_tree")[0]
+    return TreeShape(*_greedy_tree(model, budget, max_depth or max(budget, 1)))
 
 
-@lru_cache(maxsize=32)
-def _tree_candidates(rows, max_budget: int, max_depth: int) -> dict[int, tuple]:
-    """For each budget 1..max_budget, the best trees under each depth cap 1..max_depth, distinct:
-    {budget: ((E, nodes, expanded, tree), ...)}."""
-    candidates: dict[int, dict] = {n: {} for n in range(1, max_budget + 1)}
-    for cap in range(1, max_depth + 1):
-        parents, ranks, reached = _greedy_tree(rows, max_budget, cap)
-        for n in range(1, max_budget + 1):
-            k = min(n, len(parents))
-            tree = TreeShape(parents[:k], ranks[:k])
-            candidates[n].setdefault(tree, (1.0 + sum(reached[:k]), k, tree.expanded, tree))
-    return {n: tuple(found.values()) for n, found in candidates.items()}
+@lru_cache(maxsize=64)
+def _prefixes(models: tuple[Rows, ...], limit: int, cap: int) -> tuple[tuple, tuple, tuple, tuple]:
+    """The best trees of 1, 2, ... nodes at depth <= ``cap``: the prefixes of one best-first order of at most
+    ``limit`` nodes. Returns each prefix's E, the draft pass each node widens (the level of its parent if the parent
+    had no child yet, else -1: ``TreeShape.expanded`` grows by one there), and the order's parents and ranks."""
+    parents, ranks = _greedy_tree(models[0], limit, cap)
+    depths: list[int] = []
+    for parent in parents:
+        depths.append(1 + (depths[parent] if parent >= 0 else 0))
+    reached = [_reach(parents, ranks, depths, m) for m in models]
+    # each model's summed reach, and its leaves' reach times P(the bonus token below them is first-ranked)
+    total, first, has_child, E, widen = [0.0] * len(models), [0.0] * len(models), set(), [], []
+    bonus = lambda m, i: m.p(depths[i], ranks[i], 0)  # noqa: E731
+    for i, (parent, d) in enumerate(zip(parents, depths)):
+        for j, (m, r) in enumerate(zip(models, reached)):
+            total[j] += r[i]
+            first[j] += r[i] * bonus(m, i)
+            if parent >= 0 and parent not in has_child:  # the parent is a leaf no more
+                first[j] -= r[parent] * bonus(m, parent)
+        widen.append(-1 if parent in has_child else d - 1)
+        has_child.add(parent)
+        E.append(steady_tokens(total, first))
+    return tuple(E), tuple(widen), parents, ranks
 
 
 def tree_step_time(batch: float, nodes: int, hardware: Hardware = H100_SXM, model: ModelShape = LLAMA_8B,
@@ -265,89 +267,136 @@ def tree_step_time(batch: float, nodes: int, hardware: Hardware = H100_SXM, mode
 
 def tree_speculative_step_time(batch: float, tree: TreeShape, draft_cost: float = 0.05,
                                hardware: Hardware = H100_SXM, model: ModelShape = LLAMA_8B, context: float = 0, *,
-                               draft: ModelShape | None = None, draft_kv_window: int | None = None) -> float:
+                               draft: ModelShape | None = None, draft_kv_window: int | None = None,
+                               passes: tuple[int, ...] | None = None) -> float:
     """Seconds for one tree step: ``tree.depth`` draft passes, then verify ``tree.nodes`` per row.
 
     Draft pass i runs the ``tree.expanded[i]`` nodes of depth i that get children (the root alone in the first);
     a static tree expands every node with children, EAGLE-2 its top-k frontier. A pass over w tokens per row costs
     c * t(B, w), or, given a ``draft`` shape, its own ``step_time(B, w)`` at min(context, ``draft_kv_window``).
-    A chain gives :func:`speculative_step_time`.
+    A chain gives :func:`speculative_step_time`. ``passes``: the tokens per row of each draft pass where they are
+    not ``tree.expanded`` (a dynamic tree feeds its whole top-k frontier: (1, k, ..., k)).
     """
     check_arguments(draft_cost=draft_cost, draft=draft, draft_kv_window=draft_kv_window)
     drafting = sum(_draft_step_time(batch, hardware, model, context, draft_cost, draft, draft_kv_window, w)
-                   for w in tree.expanded)
+                   for w in (tree.expanded if passes is None else passes))
     return tree_step_time(batch, tree.nodes, hardware, model, context) + drafting
 
 
 def tree_speedup(batch: float, tree: TreeShape, alpha: float = 0.8, draft_cost: float = 0.05,
                  hardware: Hardware = H100_SXM, model: ModelShape = LLAMA_8B, context: float = 0, *, profile=None,
-                 draft: ModelShape | None = None, draft_kv_window: int | None = None) -> float:
-    """Plain seconds per token / tree-speculative seconds per token; the empty tree gives 1."""
+                 draft: ModelShape | None = None, draft_kv_window: int | None = None,
+                 passes: tuple[int, ...] | None = None) -> float:
+    """Plain seconds per token / tree-speculative seconds per token; the empty tree gives 1. ``passes`` as in
+    :func:`tree_speculative_step_time`."""
     if not tree.nodes:
         return 1.0
     spec = tree_speculative_step_time(batch, tree, draft_cost, hardware, model, context, draft=draft,
-                                      draft_kv_window=draft_kv_window)
+                                      draft_kv_window=draft_kv_window, passes=passes)
     return tree_expected_tokens(tree, alpha, profile=profile) * step_time(batch, 1, hardware, model, context) / spec
 
 
-_BUDGETS = tuple(range(65))  # 0 (off), 1 (a chain of one) .. 64 nodes per row
+SEARCH_LIMIT = 4096  # the most draft nodes per row the budget search tries before it gives up proving an optimum
 
 
 def _best_tree_at(batch, alpha, budgets, draft_cost, hardware, model, context, profile, draft, draft_kv_window,
-                  max_depth) -> tuple[float, int, tuple | None]:
-    """(speedup, budget, (E, nodes, expanded, tree)) of the fastest tree over ``budgets`` and depth caps 1..
-    max_depth; (1.0, 0, None) if none beats plain decoding. Ties go to the smaller budget, then the shallower cap."""
+                  max_depth) -> tuple[float, int, tuple | None, dict]:
+    """(speedup, budget, (E, nodes, expanded, tree) or None, search) of the fastest tree over ``budgets`` (None: every
+    budget from 1 up) and depth caps 1..max_depth; (1.0, 0, None, search) if none beats plain decoding. Ties go to
+    the smaller budget, then the shallower cap. ``search``: {"searched": the largest budget tried, "capped": True
+    when a budget above it could still be faster}.
+
+    With ``budgets=None`` the search stops at the first budget n past which no tree can win: a tree of any size
+    yields at most E_max = 1 + s + s^2 + ... + s^max_depth tokens per row (s the largest sum of a profile row) and
+    costs at least a verify of n + 2 tokens per row and one draft pass, so once E_max * t(B, 1) / that is no more
+    than the best speedup found, no larger budget beats it; or where the best-first order runs out (no node left
+    that is ever accepted). It gives up at ``SEARCH_LIMIT`` nodes, and then says ``capped``.
+    """
     check_arguments(batch=batch, alpha=alpha, draft_cost=draft_cost, context=context, draft=draft,
                     draft_kv_window=draft_kv_window)
     budgets = _check_tree_arguments(budgets, max_depth)
-    max_depth = max_depth or max(budgets[-1], 1)
-    rows = _profile_rows(alpha, profile, budgets[-1])
-    if any(a < b for row in rows for a, b in zip(row, row[1:])):
-        raise ValueError(f"the tree search needs a profile non-increasing in rank, got {profile}")
-    candidates = _tree_candidates(rows, budgets[-1], max_depth) if budgets[-1] else {}
+    top = SEARCH_LIMIT if budgets is None else budgets[-1]
+    models = _models(alpha, profile, top, "the tree search")
     plain = step_time(batch, 1, hardware, model, context)
     verify = lru_cache(lambda T: step_time(batch, T, hardware, model, context))
     drafting = lru_cache(lambda w: _draft_step_time(batch, hardware, model, context, draft_cost, draft,
                                                     draft_kv_window, w))
-    best = (1.0, 0, None)
-    for n in (n for n in budgets if n):
-        for found in candidates[n]:
-            E, nodes, expanded, _ = found
-            speedup = E * plain / (verify(nodes + 1) + sum(drafting(w) for w in expanded))
+    s = max(m.most for m in models)
+    e_max = 1.0 + sum(s ** d for d in range(1, min(max_depth or top, top) + 1))
+    beyond = lambda n: e_max * plain / (verify(n + 2) + drafting(1))  # noqa: E731 the most any budget > n gives
+    best, orders, limit, n, proven, ran_out, drafted = (1.0, 0, None), {}, 0, 0, False, False, {}
+    for n in (b for b in (budgets or range(1, SEARCH_LIMIT + 1)) if b):
+        while n > limit:  # the best-first orders, for every depth cap, far enough: 256 nodes, then 4x
+            limit = min(top, 4 * limit or 256)
+            uncapped = _prefixes(models, limit, limit)  # no cap: max_depth=None, and the deepest a cap can matter
+            caps = min(max_depth or limit, _depth(uncapped[2]))
+            orders = {cap: _prefixes(models, limit, cap) for cap in range(1, caps + 1)}
+        for cap, (E, widen, parents, ranks) in orders.items():
+            k = min(n, len(E))  # fewer than n where this cap's order ran out
+            done, widths, cost = drafted.get(cap, (0, [0] * cap, 0.0))  # draft passes' seconds of the first nodes
+            if not k or k == done:  # nothing accepted, or the tree stopped growing and was tried at its own size
+                continue
+            for level in widen[done:k]:
+                if level >= 0:
+                    widths[level] += 1
+                    cost += drafting(widths[level]) - (drafting(widths[level] - 1) if widths[level] > 1 else 0.0)
+            drafted[cap] = (k, widths, cost)
+            speedup = E[k - 1] * plain / (verify(k + 1) + cost)
             if speedup > best[0]:
-                best = (speedup, n, found)
-    return best
+                best = (speedup, n, (E[k - 1], k, parents, ranks))
+        ran_out = all(n >= len(E) < limit for E, *_ in orders.values())  # no node left is ever accepted
+        if budgets is None and (beyond(n) <= best[0] or ran_out):
+            proven = True
+            break
+    search = {"searched": n, "capped": not (proven or ran_out) and bool(n) and beyond(n) > best[0]}
+    if best[2] is None:
+        return best[0], best[1], None, search
+    E, k, parents, ranks = best[2]
+    tree = TreeShape(parents[:k], ranks[:k])
+    return best[0], best[1], (E, k, tree.expanded, tree), search
 
 
-def best_tree_budget(batch: float, alpha: float = 0.8, budgets=_BUDGETS, draft_cost: float = 0.05,
+def _depth(parents) -> int:
+    """The depth of the tree with these parents (parents before children)."""
+    depths: list[int] = []
+    for parent in parents:
+        depths.append(1 + (depths[parent] if parent >= 0 else 0))
+    return max(depths, default=1)
+
+
+def best_tree_budget(batch: float, alpha: float = 0.8, budgets=None, draft_cost: float = 0.05,
                      hardware: Hardware = H100_SXM, model: ModelShape = LLAMA_8B, context: float = 0, *,
                      profile=None, draft: ModelShape | None = None, draft_kv_window: int | None = None,
                      max_depth: int = 12) -> int:
-    """The draft nodes per row, out of ``budgets``, whose best tree runs fastest at this batch; 0 = plain decoding.
+    """The draft nodes per row whose best tree runs fastest at this batch; 0 = plain decoding.
 
     For each budget n and depth cap 1..``max_depth``, the tree is :func:`best_tree` (the n most probable nodes
-    under the ``profile``, the default one from alpha if None); its speed is :func:`tree_speedup` (verify n + 1
-    tokens per row, one draft pass per level). The fastest wins if it beats plain decoding; ties go to the smaller
-    budget. At small batch verification is free and the largest tree wins; once B (n + 1) tokens cross the ridge
-    every node costs compute, the budget falls to a chain (its best tree has one path) and then to 0.
-    :func:`tree_speedup_table` gives the tree, its depth and its tokens per step.
+    under the ``profile``; None: :func:`default_profile` of alpha, an assumption); its speed is
+    :func:`tree_speedup` (verify n + 1 tokens per row, one draft pass per level). The fastest wins if it beats
+    plain decoding; ties go to the smaller budget. ``budgets``: the budgets to try; None: every budget from 1 up
+    until no larger tree can win (a bound, see :data:`SEARCH_LIMIT`), so the answer is not an artefact of a search
+    cap. Given budgets, the largest can bind: :func:`tree_speedup_table`'s ``capped`` says when it does. At small
+    batch verification is free and large trees win; once B (n + 1) tokens cross the ridge every node costs
+    compute, the budget falls to a chain (its best tree has one path) and then to 0.
     """
     return _best_tree_at(batch, alpha, budgets, draft_cost, hardware, model, context, profile, draft,
                          draft_kv_window, max_depth)[1]
 
 
-def tree_speedup_table(batches, alpha: float = 0.8, budgets=_BUDGETS, draft_cost: float = 0.05,
+def tree_speedup_table(batches, alpha: float = 0.8, budgets=None, draft_cost: float = 0.05,
                        hardware: Hardware = H100_SXM, model: ModelShape = LLAMA_8B, context: float = 0, *,
                        profile=None, draft: ModelShape | None = None, draft_kv_window: int | None = None,
                        max_depth: int = 12) -> list[dict]:
     """One row per batch: the best budget (:func:`best_tree_budget`), its tree's nodes, depth, branching per depth
-    and whether it is a chain, tokens per step per row (E), the speedup, and the tree itself (None when off)."""
+    and whether it is a chain, tokens per step per row (E), the speedup, the tree itself (None when off), the
+    largest budget the search tried (``searched``) and ``capped``: True when a budget above that one could still
+    be faster (the largest of the ``budgets`` given binds, or the search gave up at :data:`SEARCH_LIMIT`)."""
     rows = []
     for B in batches:
-        speedup, n, found = _best_tree_at(B, alpha, budgets, draft_cost, hardware, model, context, profile, draft,
-                                          draft_kv_window, max_depth)
+        speedup, n, found, search = _best_tree_at(B, alpha, budgets, draft_cost, hardware, model, context, profile,
+                                                  draft, draft_kv_window, max_depth)
         tree = found[3] if found else TreeShape()
         rows.append({"batch": B, "budget": n, "nodes": tree.nodes, "depth": tree.depth, "branching": tree.branching,
                      "chain": bool(n) and tree.is_chain, "tokens_per_step": found[0] if found else 1.0,
-                     "speedup": speedup, "tree": found[3] if found else None})
+                     "speedup": speedup, "tree": found[3] if found else None} | search)
     return rows

@@ -30,8 +30,9 @@ from minispec.decoding.timing import PhaseTimer
 from minispec.decoding.tree import tree_mask
 from minispec.drafts.base import DraftRun
 from minispec.drafts.model import as_draft
+from minispec.drafts.tree import TreeDraft
 from minispec.model.llama import Model
-from minispec.roofline import ModelShape
+from minispec.roofline import ModelShape, TreeShape
 from minispec.roofline.hardware import device_hardware, is_calibrated, preset_for
 from minispec.roofline.policy import FixedPolicy, GammaPolicy, auto_policy
 from minispec.speculative.rule import accept_reject, verify_tree
@@ -75,7 +76,7 @@ def speculative_step(target: Model, t_cache, run: DraftRun, state: DecodeState, 
 
 
 @torch.inference_mode()
-def speculative_generate(target: Model, draft, prompts, gamma: int | str | GammaPolicy = 4,
+def speculative_generate(target: Model, draft, prompts, gamma: int | str | GammaPolicy | None = None,
                          max_new_tokens: int = 128, temperature: float = 0.0, top_k: int | None = None,
                          top_p: float | None = None, seed: int | list[int] | None = None, eos_token_id=None,
                          rule=accept_reject) -> GenerationResult:
@@ -83,7 +84,8 @@ def speculative_generate(target: Model, draft, prompts, gamma: int | str | Gamma
 
     ``draft``: a smaller :class:`Model` sharing the target's vocabulary, or a :class:`Draft`
     (``PromptLookupDraft()``, ``LayerSkipDraft(target, n)``, ``TreeDraft(draft, ...)``, ...). ``gamma``: draft
-    tokens per step (>= 1; for a tree, its greatest depth); ``"auto"`` to let the roofline policy choose it
+    tokens per step (>= 1; default 4), for a tree the depth it drafts to (default: the tree's own depth; a
+    smaller gamma cuts the tree); ``"auto"`` to let the roofline policy choose it
     each step from the running batch size, the running rows' context and the acceptance so far (0 = a
     plain step), on this device's preset or calibration; or any :class:`GammaPolicy`. ``seed`` as in
     :func:`minispec.generate`. ``rule``: the accept rule of a chain (:func:`accept_reject`; benchmarks and
@@ -91,7 +93,10 @@ def speculative_generate(target: Model, draft, prompts, gamma: int | str | Gamma
     :class:`GenerationResult` as :func:`minispec.generate`, with speculative stats and ``.accepted``
     marking accepted draft tokens.
     """
-    draft, policy = as_draft(draft), _policy(gamma)
+    draft = as_draft(draft)
+    if gamma is None:  # a tree's own depth, else a chain of 4
+        gamma = draft.depth if isinstance(draft, TreeDraft) else 4
+    policy = _policy(gamma)
     G = AUTO_GAMMA_MAX if policy is None else policy.gamma_max
     prompts, eos = check_request(target, prompts, max_new_tokens, eos_token_id)
     state = DecodeState(prompts, max_new_tokens, eos, target.device, slack=draft.width(G) + 1)
@@ -102,7 +107,7 @@ def speculative_generate(target: Model, draft, prompts, gamma: int | str | Gamma
                           "(about a second); call minispec.roofline.hardware.calibrate() beforehand to do it up front",
                           stacklevel=2)
         hardware = device_hardware(target.device, target.dtype)
-        policy = auto_policy(ModelShape.from_model(target), draft.shape, hardware, gamma_max=G)
+        policy = auto_policy(ModelShape.from_model(target), draft.shape, hardware, gamma_max=G, **_tree_of(draft))
     policy.start()
     sampler = Sampler(SamplingParams(temperature, top_k, top_p), seed, state.batch_size, target.device)
     timeline, timer = Timeline(), PhaseTimer(target.device)
@@ -117,6 +122,9 @@ def speculative_generate(target: Model, draft, prompts, gamma: int | str | Gamma
     gammas, (running, _, context, *_) = [], state.start_loop()
     while running:
         g = policy.choose(running, context)
+        if isinstance(g, bool) or not isinstance(g, int):  # a float would fail deep inside the draft
+            raise TypeError(f"{type(policy).__name__}.choose must return an int gamma, got {g!r} "
+                            f"({type(g).__name__})")
         if not 0 <= g <= G:
             raise ValueError(f"{type(policy).__name__} chose gamma {g}, outside 0..gamma_max={G}: the cache keeps "
                              f"{draft.width(G)} spare slots per row")
@@ -144,30 +152,39 @@ class _Counts:
     def __init__(self, width: int, device):
         zeros = lambda n: torch.zeros(n, dtype=torch.long, device=device)  # noqa: E731
         self.drafts, self.offered, self.tested = zeros(()), zeros(()), zeros(())  # rows that proposed, tokens, tested
+        self.on_path, self.nodes = zeros(()), zeros(())  # tokens drafted along one path; the most nodes a row offered
         self.at, self.by_rank = zeros(width), zeros(width)  # accepted per position (depth), per child rank
-        self.tree = False  # a tree was verified (ranks are counted)
+        self.depth = 0  # trees: the deepest tree verified (a host int: a shape)
 
     def add(self, path, rank, offered, active):
-        """One step's path (B, depth), ranks (B, depth) or None, tokens offered (B,) over active rows (B,):
-        the step's accepted and tested draft tokens (0-dim tensors) for the policy."""
+        """One step's path (B, depth), ranks (B, depth) or None, tokens offered (B,) over active rows (B,): for the
+        policy, 0-dim tensors of the step's accepted and tested draft tokens; for a tree, of the levels whose
+        first-ranked child was accepted and the levels reached (up to the first rejection, at most the depth), the
+        alpha a tree's profile starts from."""
         ok = (path > 0) & active[:, None]  # (B, depth)
         n = ok.sum(1)  # (B,)
         self.drafts += ((offered > 0) & active).sum()
         self.offered += (offered * active).sum()
+        self.on_path += (offered.clamp_max(path.shape[1]) * active).sum()  # a chain: all it offered; a tree: depth
         self.at[: ok.shape[1]] += ok.sum(0)
         if rank is not None:
-            self.tree = True
+            self.depth = max(self.depth, path.shape[1])
+            self.nodes = torch.maximum(self.nodes, (offered * active).max())
             self.by_rank.scatter_add_(0, rank.clamp_min(0).flatten(), ok.flatten().long())  # no host sync
         tested = (torch.minimum(n + 1, offered) * active).sum()  # up to each row's first rejection
         self.tested += tested
+        if rank is not None:
+            return ((rank == 0) & ok).sum(), ((n + 1).clamp_max(ok.shape[1]) * active).sum()
         return n.sum(), tested
 
     def stats(self) -> dict:
         drafts, at, ranks = int(self.drafts), _trimmed(self.at.tolist()), _trimmed(self.by_rank.tolist())
+        tree = self.depth > 0
         return dict(num_drafts=drafts, draft_tokens=int(self.offered), accepted_tokens=sum(at),
-                    tested_tokens=int(self.tested), accepted_per_position=at,
+                    tested_tokens=int(self.tested), path_tokens=int(self.on_path), accepted_per_position=at,
                     per_position_acceptance_rates=[a / drafts for a in at] if drafts else [],
-                    accepted_per_rank=(ranks or [0]) if self.tree else None)
+                    accepted_per_rank=(ranks or [0]) if tree else None, tree_depth=self.depth if tree else None,
+                    tree_nodes=int(self.nodes) if tree else None)
 
 
 def _trimmed(counts: list[int]) -> list[int]:
@@ -175,6 +192,15 @@ def _trimmed(counts: list[int]) -> list[int]:
     while counts and not counts[-1]:
         counts = counts[:-1]
     return counts
+
+
+def _tree_of(draft) -> dict:
+    """What gamma="auto" prices for a tree draft (the static tree, or a dynamic one's budget and top-k); {} else."""
+    if not isinstance(draft, TreeDraft):
+        return {}
+    if draft.parents is not None:  # node j's parent at j - 1, 0 the root
+        return {"tree": TreeShape(tuple(p - 1 for p in draft.parents), tuple(draft.ranks))}
+    return {"budget": draft.budget, "topk": draft.topk}
 
 
 def _policy(gamma) -> GammaPolicy | None:

@@ -10,48 +10,75 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from minispec.decoding.plain import generate
+from minispec.decoding.sampling import SamplingParams
 from minispec.decoding.stats import Stats
 from minispec.roofline.hardware import device_hardware
 from minispec.speculative.loop import speculative_generate
 from minispec.tools.bench import BenchConfig, bench_point, break_even, format_table, prompts_for, sweep
-from minispec.tools.pair import load_pair, prompt_tokens
+from minispec.tools.pair import check_pair, load_pair, prompt_tokens
 
 
 @dataclass(frozen=True)
 class Completion:
-    """What :func:`complete` produced; ``str()`` is the text."""
+    """What :func:`complete` produced; ``str()`` is the text, accepted draft tokens marked when asked."""
 
     text: str  # the prompt and its continuation; a chat model's answer alone
     stats: Stats
+    marked: str | None = None  # the text with accepted draft tokens marked (``mark``), else None
 
     def __str__(self) -> str:
-        return self.text
+        return self.text if self.marked is None else self.marked
 
     def summary(self) -> str:
         """The run's numbers, one a line."""
         s = self.stats
         lines = [("new tokens", f"{s.num_output_tokens}"), ("tokens/s", f"{s.output_throughput:.1f}"),
-                 ("TTFT", f"{1e3 * s.ttft_s:.1f} ms"), ("TPOT p50", f"{1e3 * s.tpot_p50_s:.1f} ms")]
+                 ("TTFT", f"{1e3 * s.ttft_s:.1f} ms"), ("TPOT p50", f"{1e3 * s.tpot_p50_s:.1f} ms"),
+                 ("torch threads", f"{torch.get_num_threads()}")]
         if s.num_drafts is not None:
-            lines += [("draft", s.draft), ("acceptance rate", f"{s.acceptance_rate or 0:.2f}"),
-                      ("mean acceptance length", f"{s.mean_acceptance_length or 1:.2f}")]
+            lines.append(("draft", s.draft))
+            if s.tree_depth is None:
+                lines += [("gamma", f"{s.gamma}"), ("acceptance rate", _rate(s.acceptance_rate))]
+            else:
+                lines += [("tree", f"depth {s.tree_depth}, {s.tree_nodes} nodes per step"),
+                          ("acceptance rate (path)", _rate(s.acceptance_rate)),
+                          ("node acceptance rate", _rate(s.node_acceptance_rate))]
+            lines.append(("mean acceptance length", f"{s.mean_acceptance_length or 1:.2f}"))
         return "\n".join(f"{k:>24}  {v}" for k, v in lines)
 
 
-def complete(prompt: str, model: str = "tiny-code-target", draft: str | None = None, gamma: int | str = 4,
+def _rate(r: float | None) -> str:
+    return "-" if r is None else f"{r:.2f}"
+
+
+def complete(prompt: str, model: str = "tiny-code-target", draft: str | None = None, gamma: int | str | None = None,
              max_new_tokens: int = 128, temperature: float = 0.0, top_k: int | None = None,
              top_p: float | None = None, seed: int | None = None, chat: bool | None = None, device=None,
-             dtype=None) -> Completion:
+             dtype=None, tree: dict | str | None = None, hot_vocab: int | None = None,
+             mark: str | None = None) -> Completion:
     """Continue ``prompt`` with ``model``, speculatively when a ``draft`` is named (``gamma`` as in
-    :func:`minispec.speculative_generate`), stopping at the tokenizer's end-of-sequence token.
+    :func:`minispec.speculative_generate`; ``tree`` and ``hot_vocab`` as :func:`minispec.tools.pair.load_pair`
+    takes them), stopping at the tokenizer's end-of-sequence token.
 
     ``chat``: wrap the prompt in the tokenizer's chat template as a user turn (default: when it has
-    one; an instruct model answers a bare prompt with its end-of-turn token at once).
+    one; an instruct model answers a bare prompt with its end-of-turn token at once). ``mark``: also
+    mark the accepted draft tokens, ``"color"`` (ANSI green) or ``"brackets"`` (between « »).
     """
     if model.startswith("shape:"):
         raise ValueError(f"{model} is random weights with no tokenizer; a text prompt needs a checkpoint")
-    target, tok, drafter = load_pair(model, draft, device, dtype)
+    if mark not in (None, "color", "brackets"):
+        raise ValueError(f"mark must be None, 'color' or 'brackets', got {mark!r}")
+    if mark is not None and draft is None:
+        raise ValueError("marking accepted draft tokens needs a draft: name one")
+    SamplingParams(temperature, top_k, top_p)  # checked before anything loads, as the names are
+    limit = check_pair(model, draft, device, dtype, tree, hot_vocab).max_positions
+    if limit is not None and max_new_tokens >= limit:
+        raise ValueError(f"max_new_tokens ({max_new_tokens}) leaves no room for a prompt within {model}'s maximum "
+                         f"length of {limit} positions")
+    target, tok, drafter = load_pair(model, draft, device, dtype, tree, hot_vocab)
     if tok is None:
         raise ValueError(f"{model} has no tokenizer files; cannot encode a text prompt")
     template = getattr(tok, "chat_template", None) is not None
@@ -69,8 +96,10 @@ def complete(prompt: str, model: str = "tiny-code-target", draft: str | None = N
         res = generate(target, [ids], **kw)
     else:
         res = speculative_generate(target, drafter, [ids], gamma=gamma, **kw)
-    text = tok.decode(res.tokens[0], skip_special_tokens=True)
-    return Completion(text if chat else prompt + text, res.stats)
+    head = "" if chat else prompt
+    text = head + tok.decode(res.tokens[0], skip_special_tokens=True)
+    marked = None if mark is None else head + _marked(tok, res.tokens[0], res.accepted[0], mark == "color")
+    return Completion(text, res.stats, marked)
 
 
 @dataclass(frozen=True)
@@ -138,23 +167,26 @@ def demo(target: str = "tiny-code-target", draft: str = "tiny-code-draft", gamma
                                 temperature=temperature, seed=0)
     header = (f"minispec demo: target {target} ({model.config.num_parameters / 1e6:.2f}M parameters), draft "
               f"{point['draft']}, batch 1, gamma {gamma}, temperature {temperature}, {max_new_tokens} new tokens, "
-              f"{model.device} {str(model.dtype).removeprefix('torch.')}, median of {repeats} runs")
+              f"{model.device} {str(model.dtype).removeprefix('torch.')}"
+              + (f", torch threads {torch.get_num_threads()}" if model.device.type == "cpu" else "")
+              + f", median of {repeats} runs")
     text = tok.decode(ids) + _marked(tok, spec.tokens[0], spec.accepted[0], color)
     rows = sweep(model, drafter, sweep_cfg, tokens, progress=False) if sweep_cfg else []
     return Demo(header, point, text, color, rows)
 
 
 def _marked(tok, tokens: list[int], accepted: list[bool], color: bool) -> str:
-    """Decode tokens, marking runs of accepted draft tokens."""
+    """Decode tokens, marking runs of accepted draft tokens (ANSI green, or between « »)."""
     out, run = [], []
     for t, a in list(zip(tokens, accepted)) + [(None, False)]:
         if a:
             run.append(t)
             continue
         if run:
-            text = tok.decode(run)
+            text = tok.decode(run, skip_special_tokens=True)
             out.append(f"\x1b[32m{text}\x1b[0m" if color else f"«{text}»")
             run = []
         if t is not None:
-            out.append(tok.decode([t]))
+            out.append(tok.decode([t], skip_special_tokens=True))
     return "".join(out)
+

@@ -8,9 +8,11 @@ tokens the target expects most often.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import platform
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -18,11 +20,13 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
+from minispec.model.config import config_from_hf
 from minispec.model.llama import Model
-from minispec.model.load import EMBEDDED, load, sample_text
+from minispec.model.load import EMBEDDED, load, resolve, sample_text
 from minispec.tools.train import code_files
 
 EVAL_POSITIONS = 4  # draft positions the held-out evaluation unrolls (gamma 4)
+PROBE_STEPS = 5  # training steps before the first evaluation and plan of a time budget (replanned at each one)
 
 
 # Chat prompts for self-distillation: tasks x subjects. The benchmark's held-out prompts are none of these.
@@ -38,7 +42,7 @@ _SUBJECTS = ("the ocean", "volcanoes", "photosynthesis", "the moon", "bicycles",
 
 @dataclass(frozen=True)
 class EagleTrainConfig:
-    features: tuple[int, ...] | None = None  # target layers read; None: (L,), its last hidden state (EAGLE-1)
+    features: tuple[int, ...] | None = None  # target layers read; None: (L,), after the last layer, pre-norm
     hot_vocab: int | None = None  # train and draft over this many hot tokens; None: the full vocabulary
     ttt: int = 2  # draft positions unrolled per window (training-time test); 1: teacher-forced only
     ttt_from: float = 0.8  # ... from this share of the steps on (before it: position 1 only, a third of the cost)
@@ -105,19 +109,38 @@ def _eagle_corpus(target_name: str, tok) -> tuple[list[list[list[int]]], list[li
     return [prose, code], [enc(sample_text(k).decode("utf-8")) for k in ("prose", "code")]
 
 
-def _self_distill(target: Model, tok, new_tokens: int, seed: int, say) -> list[list[int]]:
-    """The target's own answers (temperature 0.7, seeded) to the chat prompts: prompt + answer per document."""
+def _self_distill(target: Model, tok, new_tokens: int, seed: int, deadline: float, say) -> list[list[int]]:
+    """The target's own answers (temperature 0.7, one seed per prompt) to the chat prompts, prompt + answer per
+    document, as far as they get by ``deadline`` (perf_counter seconds). All prompts are answered a few tokens at a
+    time: a row's random numbers depend on its seed and position only, so the pieces are the tokens one call would
+    give. Each piece is as long as the last one's prefill and step times say fits before the deadline."""
     from minispec.decoding.plain import generate
 
     chats = [[{"role": "user", "content": t.format(s)}] for t in _TASKS for s in _SUBJECTS]
     prompts = [tok.apply_chat_template(c, add_generation_prompt=True, tokenize=True)["input_ids"] for c in chats]
-    t0, docs = time.perf_counter(), []
-    for i in range(0, len(prompts), 32):
-        out = generate(target, prompts[i : i + 32], new_tokens, temperature=0.7, seed=seed + i,
+    docs, seeds = [list(p) for p in prompts], [seed + i for i in range(len(prompts))]
+    open_rows = set(range(len(prompts)))  # rows whose answer has not ended
+    t0, made, piece, cost = time.perf_counter(), 0, 2, None  # cost(n): predicted seconds of a piece of n tokens
+    while made < new_tokens and open_rows:
+        left = deadline - time.perf_counter()
+        if cost is not None:
+            piece = max((n for n in range(1, new_tokens - made + 1) if cost(n) <= left), default=0)
+        if piece < 1 or left <= 0:
+            break
+        rows = sorted(open_rows)
+        out = generate(target, [docs[i] for i in rows], piece, temperature=0.7, seed=[seeds[i] for i in rows],
                        eos_token_id=tok.eos_token_id)
-        docs += [p + o for p, o in zip(prompts[i : i + 32], out.tokens)]
-        say(f"self-distillation: {len(docs)}/{len(prompts)} answers, {time.perf_counter() - t0:.0f} s")
-    return docs
+        step = (out.stats.wall_s - out.stats.ttft_s) / max(piece - 1, 1)  # seconds per token after the first
+        grow = (sum(len(docs[i]) for i in rows) + piece * len(rows)) / sum(len(docs[i]) for i in rows)
+        cost = lambda n, first=out.stats.ttft_s * grow, step=step: first + (n - 1) * step  # noqa: E731
+        for i, o in zip(rows, out.tokens):
+            docs[i] += o
+            if len(o) < piece or not o or o[-1] == tok.eos_token_id:
+                open_rows.discard(i)
+        made += piece
+        say(f"self-distillation: {made}/{new_tokens} tokens for {len(prompts)} answers, "
+            f"{time.perf_counter() - t0:.0f} s")
+    return [d for d, p in zip(docs, prompts) if len(d) > len(p)]
 
 
 def _pack(docs: list[list[int]], seq_len: int, sep: int, gen: torch.Generator) -> torch.Tensor:
@@ -162,7 +185,9 @@ class EagleData(NamedTuple):
 def eagle_data(target_name: str, features: tuple[int, ...], cfg: EagleTrainConfig, deadline: float,
                windows: int | None = None, say=print) -> EagleData:
     """Documents, windows and one teacher-forced pass of ``target_name`` (in ``cfg.data_dtype``) over as many
-    windows as fit before ``deadline`` (perf_counter seconds), or over ``windows`` of them."""
+    windows as fit before ``deadline`` (perf_counter seconds), or over ``windows`` of them. A chat target's
+    self-distilled answers take half the time left once the corpora are read (all of them when ``windows`` is
+    given)."""
     start = time.perf_counter()
     target, tok = load(target_name, dtype=getattr(torch, cfg.data_dtype))
     L, V = target.config.num_hidden_layers, target.config.vocab_size
@@ -170,8 +195,9 @@ def eagle_data(target_name: str, features: tuple[int, ...], cfg: EagleTrainConfi
     gen = torch.Generator().manual_seed(cfg.seed)
     groups, held_docs = _eagle_corpus(target_name, tok)
     distilled = []
-    if cfg.distill_tokens and getattr(tok, "chat_template", None):
-        distilled = _self_distill(target, tok, cfg.distill_tokens, cfg.seed, say)
+    if cfg.distill_tokens and getattr(tok, "chat_template", None):  # half the data time left, the rest for features
+        until = math.inf if windows is not None else (time.perf_counter() + deadline) / 2
+        distilled = _self_distill(target, tok, cfg.distill_tokens, cfg.seed, until, say)
     sep = ord("\n") if target_name in EMBEDDED else tok.eos_token_id
     # the target's own answers first (the closest to what the head will draft), then the corpora in order
     pool = torch.cat([_pack(docs, cfg.seq_len, sep, gen) for docs in [distilled, *groups] if docs])  # (N, T)
@@ -191,16 +217,16 @@ def train_eagle(target_name: str, out_dir: str | Path, hot_vocab: int | None = N
     :meth:`minispec.EagleDraft.from_pretrained`; return what ``training.json`` records.
 
     ``hot_vocab``: draft over the N tokens the target expects most often in the training data (FR-Spec);
-    None: the full vocabulary. The budget: ``config.data_share`` of it for the data (self-distillation for a
-    chat model, then the target's features over as many windows as fit), the rest for as many steps as
-    fit at the speed of the first steps. ``windows`` and ``steps`` fix both instead (the record gives the
-    values a run used: passing them again, with the same seed and threads, repeats it). ``threads``: torch's
-    intra-op threads for the run (on a shared CPU 1 is often faster than 2). ``data``: reuse what
-    :func:`eagle_data` made (its time is then not in the budget).
+    None: the full vocabulary. ``minutes`` bounds the whole call, loading, data, training, the held-out
+    evaluations and writing the head: ``config.data_share`` of it for the data (self-distillation for a chat
+    model, then the target's features over as many windows as fit), the rest for as many steps as fit,
+    planned from the speed of the first five steps and the time of one evaluation, and cut short if the
+    machine slows down. ``windows`` and ``steps`` fix both instead (the record gives the values a run used:
+    passing them again, with the same seed and threads, repeats it). ``threads``: torch's intra-op threads for
+    the run (on a shared CPU 1 is often faster than 2). ``data``: reuse what :func:`eagle_data` made (its time
+    is then not in the budget).
     """
-    import resource
-
-    from minispec.drafts.eagle import EagleConfig, EagleModel, save_head
+    from minispec.drafts.eagle import EagleConfig
 
     cfg = dataclasses.replace(config or EagleTrainConfig(), hot_vocab=hot_vocab, seed=seed)
     if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not minutes > 0:
@@ -208,103 +234,163 @@ def train_eagle(target_name: str, out_dir: str | Path, hot_vocab: int | None = N
     for name, v in (("steps", steps), ("windows", windows), ("threads", threads)):
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
             raise ValueError(f"{name} must be an integer >= 1 or None, got {v!r}")
+    if Path(out_dir).expanduser().exists() and not Path(out_dir).expanduser().is_dir():
+        raise ValueError(f"out_dir {out_dir} is a file; name a folder to write the head in")
+    path = resolve(target_name)  # a name that is no checkpoint fails here, before anything loads
+    if path.is_dir():  # the head's shape against the target's config (a GGUF file's is read when it loads)
+        EagleConfig.for_target(config_from_hf(json.loads((path / "config.json").read_text())), cfg.features, hot_vocab)
     old_threads = torch.get_num_threads()
     if threads is not None:
         torch.set_num_threads(threads)
     say = print if progress else (lambda *a: None)
     try:
-        start, budget = time.perf_counter(), 60 * minutes
-        target, _ = load(target_name, dtype=torch.float32)
-        head_cfg = EagleConfig.for_target(target.config, cfg.features, hot_vocab)  # checks features and hot_vocab
-        L, V, C, eps = (target.config.num_hidden_layers, target.config.vocab_size, target.config.hidden_size,
-                        target.config.rms_norm_eps)
-        torch.manual_seed(seed)
-        if data is None:
-            data = eagle_data(target_name, head_cfg.features, cfg, start + cfg.data_share * budget, windows, say)
-        say(f"data: {len(data.windows)} windows of {data.windows.shape[1]} tokens ({data.distilled} self-distilled "
-            f"answers), {data.seconds:.0f} s")
-        gen = torch.Generator().manual_seed(seed + 1)
-        model = EagleModel(head_cfg)
-        model.ranking = data.counts.argsort(descending=True, stable=True)  # (V,) most expected first
-        with torch.no_grad():
-            model.norm.copy_(target.norm)
-            model.fc.weight[:, C:] += torch.eye(C)  # start from "the layer reads the feature"
-        rows = model.ranking[:hot_vocab].sort().values if hot_vocab else torch.arange(V)  # (N,) target ids
-        head = target.lm_head.weight[rows]  # (N, C) frozen: the target's rows
-        pick = [data.layers.index(i) for i in head_cfg.features]
-        last = data.layers.index(L)
-        norm = lambda t: F.rms_norm(t, (C,), None, eps)  # noqa: E731
-
-        def losses(x, h, positions, evaluate=False):
-            """Per draft position k: soft cross-entropy to p (over the head's rows), the regression of the head's
-            normalised hidden state onto the target's at j + 1, and (``evaluate``) the share of slots where the
-            head's argmax is the target's over the full vocabulary; windows x (B, T), stored features h (B, T, F)."""
-            h = h.float()
-            f_last = h[..., last * C : (last + 1) * C]  # (B, T, C)
-            with torch.no_grad():
-                p = F.linear(F.rms_norm(f_last[:, 1:], (C,), target.norm, eps), head).float().softmax(-1)  # (B, T-1, N)
-                best = (F.linear(F.rms_norm(f_last[:, 1:], (C,), target.norm, eps), target.lm_head.weight).argmax(-1)
-                        if evaluate else None)  # (B, T-1) the target's greedy token after x_{j+1}
-            f = torch.cat([h[:, :-1, i * C : (i + 1) * C] for i in pick], -1)  # (B, T-1, k C)
-            out = []
-            for k, hk in enumerate(unroll(model, target.embed(x[:, 1:]), f, positions), 1):
-                lq = model.logits(hk[:, k - 1 :], head).float().log_softmax(-1)  # (B, T-k, N)
-                ce = -(p[:, k - 1 :] * lq).sum(-1).mean()
-                reg = (norm(hk[:, k - 1 :].float()) - norm(f_last[:, k:])).pow(2).mean()
-                match = (rows[lq.argmax(-1)] == best[:, k - 1 :]).float().mean() if evaluate else None
-                out.append((ce, reg, match))
-            return out
-
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
-        curve, t_train, total, step = [], time.perf_counter(), steps, 0
-        while total is None or step < total:
-            warm = (step + 1) / cfg.warmup
-            decay = 0.5 * (1 + math.cos(math.pi * (step - cfg.warmup) / max(1, (total or step + 1) - cfg.warmup)))
-            for group in opt.param_groups:
-                group["lr"] = cfg.lr * (warm if step < cfg.warmup or total is None else 0.1 + 0.9 * decay)
-            idx = torch.randint(0, len(data.windows), (cfg.batch_size,), generator=gen)  # (B,)
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                unrolled = cfg.ttt if total is not None and step >= cfg.ttt_from * total else 1
-                parts = losses(data.windows[idx], data.features[idx], unrolled)
-            loss = sum(ce + cfg.reg * reg for ce, reg, _ in parts) / len(parts)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            step += 1
-            if total is None and step == 5:  # the speed of the first steps sets the step count
-                per_step = (time.perf_counter() - t_train) / 5
-                later = cfg.ttt_from + (1 - cfg.ttt_from) * cfg.ttt  # unrolled steps cost ttt times as much
-                total = max(cfg.warmup + 1, int((budget - (time.perf_counter() - start)) / per_step / later) + 5)
-                say(f"{per_step:.2f} s a step: {total} steps")
-            if step % cfg.eval_every == 0 or step == total:
-                with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-                    ev = losses(data.heldout, data.heldout_features, EVAL_POSITIONS, evaluate=True)
-                curve.append({"step": step, "seconds": round(time.perf_counter() - t_train, 1),
-                              "train_loss": round(loss.item(), 4),
-                              "heldout_loss": [round(ce.item(), 4) for ce, _, _ in ev],
-                              "heldout_greedy_match": [round(m.item(), 4) for _, _, m in ev]})
-                say(f"step {step}/{total}: train loss {loss.item():.3f}, held-out per draft position: loss "
-                    f"{curve[-1]['heldout_loss']}, greedy match {curve[-1]['heldout_greedy_match']}, "
-                    f"{curve[-1]['seconds']:.0f} s")
-        record = {
-            "target": target_name,
-            "train_config": dataclasses.asdict(cfg),
-            "features": list(head_cfg.features),
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "windows": len(data.windows), "self_distilled_answers": data.distilled, "tokens": data.windows.numel(),
-            "steps": total, "data_seconds": round(data.seconds, 1),
-            "train_seconds": round(time.perf_counter() - t_train, 1),
-            "seconds": round(data.seconds + time.perf_counter() - t_train, 1),
-            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
-            "heldout_tokens": data.heldout.numel(), "heldout_hot_mass": _hot_mass(target, data, rows, last),
-            "curve": curve,
-            "python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
-        }
-        save_head(model, out_dir, getattr(torch, cfg.save_dtype), record)
-        return record
+        with warnings.catch_warnings():
+            # Under autocast, rms_norm of a bf16 input by a float32 weight falls back to an unfused kernel and says
+            # so: the result is right and a caller can do nothing about it, so the warning is not passed on.
+            warnings.filterwarnings("ignore", "Mismatch dtype between input and weight", UserWarning)
+            return _train(target_name, out_dir, hot_vocab, minutes, seed, steps, windows, cfg, data, say)
     finally:
         torch.set_num_threads(old_threads)
+
+
+def _train(target_name, out_dir, hot_vocab, minutes, seed, steps, windows, cfg, data, say) -> dict:
+    """:func:`train_eagle` once its arguments are checked."""
+    import resource
+
+    from minispec.drafts.eagle import EagleConfig, EagleModel, save_head
+
+    start, budget = time.perf_counter(), 60 * minutes
+    end = start + budget
+    target, _ = load(target_name, dtype=torch.float32)
+    head_cfg = EagleConfig.for_target(target.config, cfg.features, hot_vocab)  # checks features and hot_vocab
+    L, V, C, eps = (target.config.num_hidden_layers, target.config.vocab_size, target.config.hidden_size,
+                    target.config.rms_norm_eps)
+    torch.manual_seed(seed)
+    if data is None:
+        data = eagle_data(target_name, head_cfg.features, cfg, start + cfg.data_share * budget, windows, say)
+    say(f"data: {len(data.windows)} windows of {data.windows.shape[1]} tokens ({data.distilled} self-distilled "
+        f"answers), {data.seconds:.0f} s")
+    gen = torch.Generator().manual_seed(seed + 1)
+    model = EagleModel(head_cfg)
+    model.ranking = data.counts.argsort(descending=True, stable=True)  # (V,) most expected first
+    with torch.no_grad():
+        model.norm.copy_(target.norm)
+        model.fc.weight[:, C:] += torch.eye(C)  # start from "the layer reads the feature"
+    rows = model.ranking[:hot_vocab].sort().values if hot_vocab else torch.arange(V)  # (N,) target ids
+    head = target.lm_head.weight[rows]  # (N, C) frozen: the target's rows
+    pick = [data.layers.index(i) for i in head_cfg.features]
+    last = data.layers.index(L)
+    norm = lambda t: F.rms_norm(t, (C,), None, eps)  # noqa: E731
+
+    def losses(x, h, positions, evaluate=False):
+        """Per draft position k: soft cross-entropy to p (over the head's rows), the regression of the head's
+        normalised hidden state onto the target's at j + 1, and (``evaluate``) the share of slots where the
+        head's argmax is the target's over the full vocabulary; windows x (B, T), stored features h (B, T, F)."""
+        h = h.float()
+        f_last = h[..., last * C : (last + 1) * C]  # (B, T, C)
+        with torch.no_grad():
+            p = F.linear(F.rms_norm(f_last[:, 1:], (C,), target.norm, eps), head).float().softmax(-1)  # (B, T-1, N)
+            best = (F.linear(F.rms_norm(f_last[:, 1:], (C,), target.norm, eps), target.lm_head.weight).argmax(-1)
+                    if evaluate else None)  # (B, T-1) the target's greedy token after x_{j+1}
+        f = torch.cat([h[:, :-1, i * C : (i + 1) * C] for i in pick], -1)  # (B, T-1, k C)
+        out = []
+        for k, hk in enumerate(unroll(model, target.embed(x[:, 1:]), f, positions), 1):
+            lq = model.logits(hk[:, k - 1 :], head).float().log_softmax(-1)  # (B, T-k, N)
+            ce = -(p[:, k - 1 :] * lq).sum(-1).mean()
+            reg = (norm(hk[:, k - 1 :].float()) - norm(f_last[:, k:])).pow(2).mean()
+            match = (rows[lq.argmax(-1)] == best[:, k - 1 :]).float().mean() if evaluate else None
+            out.append((ce, reg, match))
+        return out
+
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    curve, t_train, total, step, warmup, eval_s = [], time.perf_counter(), steps, 0, cfg.warmup, 0.0
+    unroll_from = None if steps is None else math.ceil(cfg.ttt_from * steps)  # the first step unrolling ttt positions
+    timing = {1: [0.0, 0], cfg.ttt: [0.0, 0]}  # seconds and steps by positions unrolled (the first step left out)
+    pace = lambda k: (timing[k][0] / timing[k][1] if timing[k][1] else k * timing[1][0] / max(1, timing[1][1]))  # noqa: E731
+
+    def evaluate(loss) -> float:
+        t = time.perf_counter()
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            ev = losses(data.heldout, data.heldout_features, EVAL_POSITIONS, evaluate=True)
+        curve.append({"step": step, "seconds": round(time.perf_counter() - t_train, 1),
+                      "train_loss": round(loss.item(), 4), "heldout_loss": [round(ce.item(), 4) for ce, _, _ in ev],
+                      "heldout_greedy_match": [round(m.item(), 4) for _, _, m in ev]})
+        say(f"step {step}/{total}: train loss {loss.item():.3f}, held-out per draft position: loss "
+            f"{curve[-1]['heldout_loss']}, greedy match {curve[-1]['heldout_greedy_match']}, "
+            f"{curve[-1]['seconds']:.0f} s")
+        return time.perf_counter() - t
+
+    while total is None or step < total:
+        warm = (step + 1) / warmup
+        decay = 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, (total or step + 1) - warmup)))
+        for group in opt.param_groups:
+            group["lr"] = cfg.lr * (warm if step < warmup or total is None else 0.1 + 0.9 * decay)
+        idx = torch.randint(0, len(data.windows), (cfg.batch_size,), generator=gen)  # (B,)
+        t_step = time.perf_counter()
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            unrolled = cfg.ttt if unroll_from is not None and step >= unroll_from else 1
+            parts = losses(data.windows[idx], data.features[idx], unrolled)
+        loss = sum(ce + cfg.reg * reg for ce, reg, _ in parts) / len(parts)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step:  # the first step also warms torch up
+            timing[unrolled][0] += time.perf_counter() - t_step
+            timing[unrolled][1] += 1
+        step += 1
+        due = step % cfg.eval_every == 0 or step == total
+        if steps is None and (step == PROBE_STEPS or due and total is not None):  # evaluate, then plan the rest
+            eval_s = max(eval_s, evaluate(loss))
+            first = total is None
+            total, unroll_from = _plan(end - time.perf_counter() - eval_s, step, pace(1), pace(cfg.ttt), eval_s,
+                                       cfg, unroll_from if unroll_from is not None and step >= unroll_from else None)
+            if first:
+                warmup = max(1, min(cfg.warmup, total // 4))
+                say(f"{pace(1):.2f} s a step, {eval_s:.2f} s an evaluation: {total} steps")
+        elif total is not None and steps is None and step < total and \
+                time.perf_counter() + pace(cfg.ttt if step >= unroll_from else 1) + 2 * eval_s > end:
+            total = step  # slower than planned: stop here, with time for the last evaluation and the writing
+        if (due or step == total) and not (curve and curve[-1]["step"] == step):
+            evaluate(loss)
+    record = {
+        "target": target_name,
+        "train_config": dataclasses.asdict(cfg),
+        "features": list(head_cfg.features),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "windows": len(data.windows), "self_distilled_answers": data.distilled, "tokens": data.windows.numel(),
+        "steps": total, "data_seconds": round(data.seconds, 1),
+        "train_seconds": round(time.perf_counter() - t_train, 1),
+        "seconds": round(data.seconds + time.perf_counter() - t_train, 1),
+        "budget_seconds": None if steps else round(budget, 1),
+        "call_seconds": round(time.perf_counter() - start, 1),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "heldout_tokens": data.heldout.numel(), "heldout_hot_mass": _hot_mass(target, data, rows, last),
+        "curve": curve,
+        "python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads(),
+    }
+    save_head(model, out_dir, getattr(torch, cfg.save_dtype), record)
+    return record
+
+
+def _plan(seconds: float, step: int, plain_s: float, unrolled_s: float, eval_s: float, cfg: EagleTrainConfig,
+          unroll_from: int | None) -> tuple[int, int]:
+    """(total steps, the first step that unrolls ``cfg.ttt`` positions): the most steps whose cost after ``step``
+    fits in ``seconds``, plain steps at ``plain_s`` each, unrolled ones (from ``cfg.ttt_from`` of the run on, or from
+    ``unroll_from`` once they have begun) at ``unrolled_s``, and an evaluation every ``cfg.eval_every`` steps and at
+    the end at ``eval_s``. Never fewer than ``step``: with no time left the run ends where it is."""
+    def split(total: int) -> int:
+        return unroll_from if unroll_from is not None else max(step, math.ceil(cfg.ttt_from * total))
+
+    def cost(total: int) -> float:
+        first = split(total)
+        evals = total // cfg.eval_every - step // cfg.eval_every + (total % cfg.eval_every != 0)
+        return plain_s * (first - step) + unrolled_s * (total - first) + eval_s * evals
+
+    total = step
+    while cost(total + 1) <= seconds and total < 10**6:
+        total += 1
+    return total, split(total)
 
 
 @torch.no_grad()

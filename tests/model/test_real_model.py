@@ -224,7 +224,7 @@ def test_gguf_of_an_unsupported_architecture_is_named(tmp_path):
 def test_gguf_names_the_missing_package(tmp_path, monkeypatch, package):
     path = _tiny_gguf(tmp_path / "tiny-llama.gguf", "llama")
     monkeypatch.setitem(__import__("sys").modules, package, None)  # import now raises ImportError
-    with pytest.raises(ValueError, match=f"needs {package}.*pip install 'minispec\\[gguf\\]'"):
+    with pytest.raises(ValueError, match=f"needs {package}.*pip install gguf accelerate.*'minispec-decoding\\[gguf"):
         minispec.load(path)
 
 

@@ -51,6 +51,16 @@ from minispec.roofline.hardware import H100_SXM, H200, HARDWARE
 GRID = sorted({round(2 ** (i / 4)) for i in range(4 * 10 + 1)})  # batch 1 .. 1024, 4 points per doubling
 
 
+def geometric(alpha: float, ranks: int = 64) -> tuple[float, ...]:
+    """alpha (1 - alpha)^k: a simple profile whose arithmetic the search tests below work by hand."""
+    return tuple(alpha * (1 - alpha) ** k for k in range(ranks))
+
+
+def rows_of(profile) -> tuple:
+    """A single-row or per-depth profile as rows by depth, as the model checks it."""
+    return rl.profile.profile_rows(0.8, profile, 3)[0].rows
+
+
 def accepted_by_recursion(tree: TreeShape, rows) -> float:
     """E[accepted nodes] by total expectation, walking down: at a node of depth d the accepted child is rank k with
     rows[min(d, last)][k]; if that child is in the tree, count it and go on from it, else stop. Written apart from
@@ -190,27 +200,38 @@ def test_expected_tokens_by_simulation():
 
 
 def test_default_profile():
-    """Rank k is accepted with alpha (1 - alpha)^k: at 0.8, 0.8, 0.16, 0.032; the ranks together sum to 1."""
-    assert default_profile(0.8, 3) == pytest.approx((0.8, 0.16, 0.032))
-    assert sum(default_profile(0.5, 60)) == pytest.approx(1)
+    """Rank 0 is alpha; of the 1 - alpha it misses, rank k takes the embedded pair's measured share (332 of the 906
+    positions rank 0 missed went to rank 1), cut to be non-increasing: at 0.8, rank 1 gets 0.2 x 332 / 906."""
+    n, counts = rl.profile._EMBEDDED_ALL
+    assert default_profile(0.8, 3) == pytest.approx((0.8, 0.2 * 332 / 906, 0.2 * 139 / 906))
+    assert default_profile(counts[0] / n, len(counts)) == pytest.approx([c / n for c in counts])  # the pair itself
+    for alpha in (0.0, 0.1, 0.3, 0.5, 0.8, 0.95, 1.0):
+        row = default_profile(alpha)
+        assert row[0] == alpha and all(a >= b for a, b in zip(row, row[1:])) and sum(row) <= 1 + 1e-12
+    assert default_profile(0.1, 2) == (0.1, 0.1)  # 0.9 x 0.366 would exceed rank 0: cut to it
     assert default_profile(1.0, 3) == (1.0, 0.0, 0.0)
 
 
 # The best tree for a budget.
 
-def test_best_tree_at_alpha_0_8_is_a_chain_up_to_8_nodes():
-    """Default profile at alpha 0.8: the chain's k-th node has 0.8^k, the root's second child 0.16. 0.8^8 = 0.168
-    > 0.16 > 0.8^9 = 0.134, so the 8 most probable nodes are the chain and the 9th is the root's rank-1 child."""
-    assert best_tree(8) == TreeShape.chain(8)
-    nine = best_tree(9)
-    assert not nine.is_chain and (1,) in nine.paths and nine.depth == 8
-    assert tree_expected_tokens(nine) == pytest.approx(sum(0.8 ** k for k in range(9)) + 0.16)
+def test_best_tree_at_alpha_0_8_is_a_chain_up_to_11_nodes():
+    """Default profile at alpha 0.8: the chain's k-th node has 0.8^k, the root's second child 0.2 x 0.366 = 0.073.
+    0.8^11 = 0.086 > 0.073 > 0.8^12 = 0.069, so the 11 most probable nodes are the chain and the 12th is the root's
+    rank-1 child. (Under alpha (1 - alpha)^k, rank 1 had 0.16 and the chain stopped at 8.)"""
+    side = default_profile(0.8, 2)[1]
+    assert 0.8 ** 11 > side > 0.8 ** 12
+    assert best_tree(11) == TreeShape.chain(11)
+    twelve = best_tree(12)
+    assert not twelve.is_chain and (1,) in twelve.paths and twelve.depth == 11
+    assert tree_expected_tokens(twelve) == pytest.approx(sum(0.8 ** k for k in range(12)) + side)
+    assert best_tree(8, profile=geometric(0.8)) == TreeShape.chain(8) != best_tree(9, profile=geometric(0.8))
 
 
 def test_best_tree_with_ties_and_a_depth_cap():
     """alpha 0.5: (0,) 0.5, then (1,) and (0, 0) both 0.25: the shallower first. E(3) = 1 + 0.5 + 0.25 + 0.25."""
-    assert best_tree(2, 0.5).paths == ((0,), (1,))
-    assert tree_expected_tokens(best_tree(3, 0.5), 0.5) == pytest.approx(2.0)
+    half = geometric(0.5)
+    assert best_tree(2, profile=half).paths == ((0,), (1,))
+    assert tree_expected_tokens(best_tree(3, profile=half), profile=half) == pytest.approx(2.0)
     capped = best_tree(10, 0.8, max_depth=2)
     assert capped.depth == 2 and capped.nodes == 10
 
@@ -224,7 +245,7 @@ def test_best_tree_stops_where_nothing_more_is_accepted():
 @pytest.mark.parametrize("profile", [(0.8, 0.16, 0.032), (0.5, 0.3, 0.1), [(0.7, 0.2), (0.5, 0.25, 0.2)]])
 def test_best_tree_is_optimal_by_brute_force(profile):
     """Against every tree of up to 7 nodes closed under parents and elder siblings (ranks < 3, depth <= 4)."""
-    rows = rl.tree._profile_rows(0.8, profile, 3)
+    rows = rows_of(profile)
     by_size = {}
     for paths in closed_trees(7, 3, 4):
         E = accepted_by_recursion(TreeShape.from_paths(paths), rows)
@@ -238,8 +259,8 @@ def test_negative_control_best_first_is_not_optimal_for_a_profile_rising_with_ra
     """Profile (0.3, 0.05, 0.6): the three root children give 0.95, but best-first takes (0,) 0.3, then (0, 0)
     0.09 before the cheap-looking (1,) 0.05, and never reaches rank 2: 0.44. best_tree refuses such a profile."""
     profile = (0.3, 0.05, 0.6)
-    rows = rl.tree._profile_rows(0.8, profile, 3)
-    parents, ranks, _ = rl.tree._greedy_tree(rows, 3, 4)
+    rows = rows_of(profile)
+    parents, ranks = rl.tree._greedy_tree(rl.profile.Rows(rows), 3, 4)
     greedy = accepted_by_recursion(TreeShape(parents, ranks), rows)
     brute = max(accepted_by_recursion(TreeShape.from_paths(p), rows) for p in closed_trees(3, 3, 4) if len(p) == 3)
     assert greedy == pytest.approx(0.44) and brute == pytest.approx(0.95)
@@ -264,13 +285,38 @@ def test_best_tree_nodes_come_in_falling_probability_with_parents_first(raw, bud
 # The best budget per batch.
 
 def test_best_tree_budget_with_every_default():
-    """Batch 1: verifying 65 tokens is memory-bound (65 < 295), so verification is free, and each of the tree's
-    passes costs c t(1, 1) (at most 10 tokens): the speedup is E / (1 + c depth), and the largest budget wins."""
+    """Batch 1: verification is memory-bound, so free, up to 295 tokens per row (the H100's ridge, 295.2), and each
+    of the tree's passes costs c t(1, 1) (at most 295 tokens): the speedup is E / (1 + c depth), and the largest
+    free tree wins: 294 nodes. The search goes past it until no larger tree can win: the optimum, not a cap."""
     budget = best_tree_budget(batch=1)
-    assert type(budget) is int and budget == 64
+    assert type(budget) is int and budget == math.floor(H100_SXM.ridge) - 1 == 294
     row = tree_speedup_table([1])[0]
     assert row["speedup"] == pytest.approx(row["tokens_per_step"] / (1 + 0.05 * row["depth"]))
     assert row["tokens_per_step"] > rl.expected_tokens(0.8, 8) and row["speedup"] > speculative_speedup(1, gamma=8)
+    assert not row["capped"] and row["searched"] > 294
+
+
+@pytest.mark.parametrize("hardware, batch", [(H100_SXM, 1), (H100_SXM, 2), (H100_SXM, 4), (H200, 1), (H200, 2)])
+def test_at_small_batch_the_best_tree_is_the_largest_whose_verify_stays_free(hardware, batch):
+    """B (n + 1) tokens stay under the ridge up to n = floor(ridge / B) - 1 nodes; the next node makes the verify
+    compute-bound and costs more than it adds. The old search stopped at 64 nodes and so missed all of these."""
+    free = math.floor(hardware.ridge / batch) - 1
+    row = tree_speedup_table([batch], hardware=hardware)[0]
+    assert row["budget"] == free > 64 and not row["capped"]
+    assert row["speedup"] > tree_speedup_table([batch], hardware=hardware, budgets=range(65))[0]["speedup"]
+
+
+def test_a_search_cap_that_binds_says_so():
+    """budgets=range(65), the old default, binds at batch 1 (64 is the largest allowed and more would pay) and not
+    at batch 64; past SEARCH_LIMIT the search gives up and says so too."""
+    capped, free = tree_speedup_table([1, 64], budgets=range(65))
+    assert (capped["budget"], capped["capped"], capped["searched"]) == (64, True, 64)
+    assert free["budget"] < 64 and not free["capped"]
+    short = tree_speedup_table([1], profile=(0.9,), budgets=(0, 16), max_depth=4)[0]  # only a chain of 4 accepts
+    assert (short["budget"], short["nodes"], short["capped"]) == (16, 4, False)  # no larger tree exists: not capped
+    free = rl.Hardware("verification always free", memory_bandwidth=1e12, peak_flops=1e20, memory_bytes=1e12)
+    unbounded = tree_speedup_table([1], profile=(0.5, 0.5), hardware=free)[0]  # every level accepted, verify free
+    assert unbounded["capped"] and unbounded["searched"] == rl.SEARCH_LIMIT and unbounded["budget"] > 4000
 
 
 @pytest.mark.parametrize("batch", [1, 8, 16])
@@ -278,13 +324,15 @@ def test_the_search_caps_depth_because_each_level_costs_a_draft_pass(batch):
     """The most probable 64 nodes reach depth 12 (E = 7.40) but cost 12 passes: at batch 1, 7.40 / (1 + 12 x 0.05)
     = 4.62x. Capped at depth 8 the best 64 nodes give E = 6.98 for 8 passes: 6.98 / 1.4 = 4.99x. The table takes
     the best over every cap 1..max_depth."""
-    row = tree_speedup_table([batch])[0]
-    capped = [tree_speedup(batch, best_tree(row["budget"], max_depth=d)) for d in range(1, 13)]
-    assert row["speedup"] == pytest.approx(max(capped)) and row["depth"] < best_tree(row["budget"]).depth
+    geo = dict(profile=geometric(0.8))  # the arithmetic below is that profile's, over budgets 0..64
+    row = tree_speedup_table([batch], budgets=range(65), **geo)[0]
+    capped = [tree_speedup(batch, best_tree(row["budget"], max_depth=d, **geo), **geo) for d in range(1, 13)]
+    assert row["speedup"] == pytest.approx(max(capped)) and row["depth"] < best_tree(row["budget"], **geo).depth
     if batch == 1:
-        deepest = best_tree(64, max_depth=12)
-        assert deepest.depth == 12 and tree_expected_tokens(deepest) / 1.6 == pytest.approx(tree_speedup(1, deepest))
-        assert (round(tree_speedup(1, deepest), 2), round(row["speedup"], 2), row["depth"]) == (4.62, 4.99, 8)
+        deepest = best_tree(64, max_depth=12, **geo)
+        assert deepest.depth == 12 and tree_expected_tokens(deepest, **geo) / 1.6 == pytest.approx(
+            tree_speedup(1, deepest, **geo))
+        assert (round(tree_speedup(1, deepest, **geo), 2), round(row["speedup"], 2), row["depth"]) == (4.62, 4.99, 8)
 
 
 @pytest.mark.parametrize("hardware, last_free", [(H100_SXM, 4), (H200, 3)])
@@ -292,7 +340,8 @@ def test_the_64_node_tree_stops_paying_once_its_verify_is_compute_bound(hardware
     """64 nodes verify 65 tokens per row: compute-bound past ridge / 65 rows, 295.2 / 65 = 4.54 on the H100 and
     206.0 / 65 = 3.17 on the H200. Up to there the tree is free; one row more and every node costs."""
     assert last_free == math.floor(hardware.ridge / 65)
-    assert best_tree_budget(last_free, hardware=hardware) == 64 > best_tree_budget(last_free + 1, hardware=hardware)
+    kw = dict(hardware=hardware, budgets=range(65))
+    assert best_tree_budget(last_free, **kw) == 64 > best_tree_budget(last_free + 1, **kw)
 
 
 @pytest.mark.parametrize("hardware", [H100_SXM, H200, HARDWARE["a100"], HARDWARE["l4"]])
@@ -308,11 +357,11 @@ def test_budget_never_rises_with_batch_and_ends_at_a_chain_then_off(hardware, al
 
 def test_negative_control_a_weak_costly_draft_ends_at_a_one_level_star():
     """alpha 0.3, c 0.3 on the A100: the last tree that pays is two root children from one draft pass
-    (E = 1 + 0.3 + 0.21 = 1.51), not a chain of one (1.3) at the same pass: the property above can fail."""
+    (E = 1 + 0.3 + 0.7 x 0.366 = 1.56), not a chain of one (1.3) at the same pass: the property above can fail."""
     rows = tree_speedup_table(GRID, 0.3, draft_cost=0.3, hardware=HARDWARE["a100"])
     last = [r for r in rows if r["budget"]][-1]
     assert not last["chain"] and last["tree"].paths == ((0,), (1,))
-    assert last["tokens_per_step"] == pytest.approx(1.51)
+    assert last["tokens_per_step"] == pytest.approx(1 + sum(default_profile(0.3, 2)))
 
 
 def test_the_chain_end_of_the_tree_table_is_the_chain_table():
@@ -380,7 +429,7 @@ def test_sglang_config_for_the_reference():
     assert ranges[0][0] == 1 and all(a[1] + 1 == b[0] for a, b in zip(ranges, ranges[1:]))
     assert all(a[2] != b[2] for a, b in zip(ranges, ranges[1:])) and ranges[-1][2] == {}
     tokens = [args["speculative_num_draft_tokens"] for *_, args in ranges[:-1]]
-    assert tokens == sorted(tokens, reverse=True) and tokens[0] == 65
+    assert tokens == sorted(tokens, reverse=True) and tokens[0] == math.floor(H100_SXM.ridge)  # 294 nodes + root
     # Where the tree is a chain (top-k 1), num_steps is vLLM's K for the same batches, and both end at 259.
     vllm = {B: K for s, e, K in vllm_speculative_config()["num_speculative_tokens_per_batch_size"]
             for B in range(s, e + 1)}

@@ -45,7 +45,7 @@ def test_quick_run_writes_rows_that_agree_with_the_library(tmp_path):
     assert fallback["grid"] == [1, 4] and [b["batch"] for b in fallback["batches"]] == [1, 4]
     for ref in (r for r in rows if r["row"] == "reference"):
         budgets = [t["budget"] for t in ref["table"]]
-        assert budgets == sorted(budgets, reverse=True) and budgets[0] == 64  # a big tree at batch 1, shrinking
+        assert budgets == sorted(budgets, reverse=True) and budgets[0] > 64  # a big tree at batch 1, shrinking
         assert ref["chain_from_batch"] < ref["off_from_batch"]
     text = (tmp_path / "trees.txt").read_text()
     assert "Falls back to a chain" in text and "H100 SXM, 8B reference" in text and "H200, 8B reference" in text

@@ -1,0 +1,92 @@
+"""What a user meets with trees: the size cap, the depth a tree drafts to, and the stats that describe it."""
+
+import random
+
+import pytest
+
+import minispec
+from minispec import TreeDraft
+from minispec.decoding.tree import MAX_NODES, static_tree, tree_nodes
+from minispec.drafts.tree import check_tree
+
+PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], [12], [13, 14, 15, 16, 17]]
+
+
+@pytest.mark.parametrize("kw, nodes", [
+    (dict(branching=(64, 64, 64)), "266,304 nodes"),
+    (dict(branching=(1025,)), "1,025 nodes"),
+    (dict(paths=[(i,) for i in range(MAX_NODES + 1)]), "1,025 nodes"),
+    (dict(budget=MAX_NODES + 1, depth=2), "verifies 1,025 nodes"),
+    (dict(budget=16, depth=300, topk=4), "feeds the draft 1,196 nodes"),
+])
+def test_a_tree_over_the_cap_is_refused_with_its_node_count(pair, kw, nodes):
+    """Before: branching=(64, 64, 64) was accepted and ran for more than 13 minutes."""
+    with pytest.raises(ValueError, match=f"{nodes}.*at most {MAX_NODES:,}"):
+        TreeDraft(pair[1], **kw)
+    with pytest.raises(ValueError, match=nodes):
+        check_tree(**kw)
+
+
+def test_a_tree_at_the_cap_is_built():
+    assert len(static_tree(branching=(4, 4, 4, 4))) == tree_nodes((4, 4, 4, 4)) == 340
+    assert len(static_tree(branching=(MAX_NODES,))) == MAX_NODES
+
+
+def test_ranks_and_depths_match_a_direct_count(pair):
+    """The linear construction gives each node the depth and sibling rank a direct (quadratic) count gives."""
+    rng = random.Random(0)
+    for _ in range(20):
+        paths, frontier = [], [()]  # a random tree: each node gets 0 to 3 children, to depth 5
+        while frontier and len(paths) < 40:
+            node = frontier.pop(rng.randrange(len(frontier)))
+            children = [node + (r,) for r in range(rng.randrange(4) if len(node) < 5 else 0)]
+            paths, frontier = paths + children, frontier + children
+        tree = TreeDraft(pair[1], paths=rng.sample(paths, len(paths)) or [(0,)])
+        parents = tree.parents
+        assert tree.ranks == [parents[:j].count(par) for j, par in enumerate(parents)]
+        depth = [0]
+        for par in parents:
+            depth.append(depth[par] + 1)
+        assert tree.levels == depth and tree.depth == max(depth) and tree.topk == max(tree.ranks) + 1
+
+
+def test_a_tree_drafts_to_its_own_depth_by_default(pair):
+    """gamma left out: the tree's own depth (before: gamma 4 cut a depth-5 tree to depth 4); gamma given: the
+    tree is cut there."""
+    target, draft = pair
+    plain = minispec.generate(target, PROMPTS, max_new_tokens=24).tokens
+    for tree, depth, nodes in ((TreeDraft(draft, budget=16, depth=5), 5, 16),
+                               (TreeDraft(draft, branching=(2, 1, 1, 1, 1, 1)), 6, 12)):
+        out = minispec.speculative_generate(target, tree, PROMPTS, max_new_tokens=24)
+        assert out.tokens == plain
+        assert (out.stats.tree_depth, out.stats.tree_nodes, out.stats.gamma) == (depth, nodes, depth)
+        assert set(out.stats.gamma_per_step) == {depth}
+        cut = minispec.speculative_generate(target, tree, PROMPTS, gamma=2, max_new_tokens=24).stats
+        assert cut.tree_depth == 2 and len(cut.accepted_per_position) <= 2
+
+
+def test_a_tree_self_draft_reads_right(pair):
+    """The target drafting for itself accepts one whole path per step: the path acceptance rate is 1, the
+    per-node rate is depth / nodes, and the mean acceptance length is depth + 1 (vLLM's, bonus included)."""
+    target, _ = pair
+    out = minispec.speculative_generate(target, TreeDraft(target, branching=(3, 2)), PROMPTS, max_new_tokens=30)
+    s = out.stats
+    assert (s.tree_depth, s.tree_nodes) == (2, 9)
+    assert s.path_tokens == 2 * s.num_drafts and s.draft_tokens == 9 * s.num_drafts
+    assert s.acceptance_rate == 1.0 and s.node_acceptance_rate == pytest.approx(2 / 9)
+    assert s.to_dict()["node_acceptance_rate"] == s.node_acceptance_rate
+    steps = s.num_drafts / len(PROMPTS)
+    assert s.mean_acceptance_length == pytest.approx(3.0, abs=1 / steps)  # a row's last step may be cut short
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_chain_reads_as_before(pair, temperature):
+    """For a chain the acceptance rate stays vLLM's accepted / draft tokens, and a one-path tree reads the same."""
+    target, draft = pair
+    kw = dict(max_new_tokens=30, temperature=temperature, seed=[3, 1, 4, 1])
+    chain = minispec.speculative_generate(target, draft, PROMPTS, gamma=4, **kw).stats
+    assert chain.tree_depth is None and chain.tree_nodes is None and chain.gamma == 4
+    assert chain.path_tokens == chain.draft_tokens
+    assert chain.acceptance_rate == chain.node_acceptance_rate == chain.accepted_tokens / chain.draft_tokens
+    one = minispec.speculative_generate(target, TreeDraft(draft, branching=(1, 1, 1, 1)), PROMPTS, **kw).stats
+    assert (one.acceptance_rate, one.tree_depth, one.tree_nodes) == (chain.acceptance_rate, 4, 4)
