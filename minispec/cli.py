@@ -310,6 +310,13 @@ def _course_build(args) -> int:
     return 0
 
 
+def _serve_bench(args) -> None:
+    from minispec.tools.serve_bench import from_args
+
+    with timed(args):
+        print(from_args(args, lambda line: print(line, file=sys.stderr)))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minispec", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -358,6 +365,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="measured vs modelled speedup across batch sizes (JSONL rows)")
     _bench_arguments(p)
     p.set_defaults(func=_bench)
+
+    p = sub.add_parser("serve-bench", help="the engine under Poisson load beside the simulator: TTFT, TPOT, goodput")
+    from minispec.tools.serve_bench import add_arguments  # its own flags; the common ones here
+    add_arguments(p)
+    add_threads(p)
+    p.add_argument("--draft", default="tiny-code-draft", help=DRAFT_HELP)
+    p.add_argument("--device", default=None, help=DEVICE_HELP)
+    p.add_argument("--dtype", default=None, choices=DTYPES, help="default: the checkpoint's; bfloat16 for shapes")
+    p.set_defaults(func=_serve_bench)
 
     p = sub.add_parser("roofline", help="the roofline model's speedup table (reference: 8B on an H100)")
     _roofline_arguments(p)

@@ -16,6 +16,7 @@ from minispec.serving.simulator import (  # noqa: F401 re-exported
 )
 from minispec.serving.steps import (  # noqa: F401 re-exported
     NVLINK_BANDWIDTH,
+    EngineSteps,
     MeasuredSteps,
     RooflineSteps,
     StepTimes,

@@ -12,15 +12,15 @@ What it models:
   type by its share (code, chat, creative, ...), and from that type a prompt length, an output
   length (:class:`Lengths`: fixed, uniform or geometric) and an acceptance rate alpha: one rate,
   or one per draft position (see :func:`acceptance`).
-- Scheduling, prefill first, as vLLM without chunked prefill (here at most one prefill step
-  before each decode step, where vLLM may run several in a row). Before each decode step it admits
-  waiting requests first come, first served, while the running batch has fewer than
-  ``max_rows`` rows, their prompts fit one prefill step's ``max_batched_tokens`` and their KV
-  tokens (prompt + output, reserved whole at admission) fit the KV budget. The admitted requests
-  are prefilled together in one step, which gives each its first token; then one decode step
-  serves every running row, the new ones included. A prefill step therefore adds to the TTFT of
-  the requests it admits and to the gap between tokens (the TPOT) of every request already
-  decoding. :class:`Scheduler`'s defaults are vLLM's on an H100 or H200.
+- Scheduling: the engine's own scheduler (:mod:`minispec.engine.scheduler`; :func:`simulate` is its second
+  executor, beside the engine's model runner, so the two cannot disagree). Each step charges a token budget of
+  ``max_batched_tokens``: every decoding row its 1 + K tokens first (vLLM V1's accounting), then prompts, first
+  come, first served, a long one in chunks over several steps, while ``max_rows`` rows run at most. KV slots
+  are handed out in blocks as rows grow (nothing is reserved for tokens not yet produced), with K lookahead
+  slots a decoding row for its draft tokens; out of blocks, the youngest row is preempted and recomputed later.
+  A step that decodes and prefills costs both passes, as the engine runs them (vLLM flattens them into one).
+  A prompt's prefill gives its first token at the end of its last chunk. :class:`Scheduler`'s defaults are
+  vLLM's on an H100 or H200.
 - Speculation: off (gamma 0), a fixed gamma, or a :class:`~minispec.policy.GammaPolicy` that
   chooses gamma from the running batch size before each step and observes acceptance after it
   (:class:`~minispec.policy.BatchTablePolicy` is vLLM's batch-size table). In a speculative step
@@ -28,7 +28,7 @@ What it models:
   until the first rejection; with n accepted it gains n + 1 tokens (the target adds one), capped
   at the tokens it has left. Settings that speculate also prefill the draft on every prompt.
 - Step times at the rows' own context: every decode step is charged at each running row's KV,
-  its prompt plus the tokens it has so far; :class:`RooflineSteps` reads the target's KV and
+  every token it has but the last; :class:`RooflineSteps` reads the target's KV and
   the draft's own (full, or a window), its weights, tensor-parallel all-reduces and any fixed
   overhead per forward pass or per step.
 
@@ -40,10 +40,10 @@ tokens/s; DistServe's goodput, arXiv 2401.09670, is instead the highest request 
 share, e.g. 90 %, of requests meets both, read from ``meets`` over a sweep of rates) and the mean running
 batch (time-weighted over decode steps).
 
-What it leaves out: chunked prefill and prefill/decode mixing (vLLM V1's default), preemption
-and swapping (the KV reservation is exact, as if the server knew each output length), the
+What it leaves out: prefill and decode fused into one pass, swapping and prefix caching, the
 prefill's attention FLOPs, the draft catching up on tokens decoded while a policy had it off,
 sampling, detokenisation, networking, and any noise: the same seed gives the same numbers.
+``minispec serve-bench`` puts it beside the engine measured on the same traffic.
 
 Which load hurts depends on what the step time counts. Weights only (``RooflineSteps(kv=False)``,
 a lower bound on every step) an 8B target on an H100 breaks even near 187 rows, and a busy
@@ -51,7 +51,8 @@ endpoint gets there. Counting the KV reads, a Llama-3.2-1B draft with its own fu
 even near 280 rows at 640 tokens of context, about where this traffic's KV fills the H100, and
 a draft whose KV is a 256-token window never does (MagicDec); at short contexts (a 192-token
 chat) break-even is back near 185 rows, and vLLM's default of 1,024 rows lets a busy endpoint
-pass it. ``tests/serving/test_serving.py`` shows each.
+pass it. Memory shows as preemptions: at 35 requests/s plain decoding holds ~340 rows, while a
+draft with its own full KV runs out of blocks. ``tests/serving/test_serving.py`` shows each.
 
     steps = RooflineSteps(draft=LLAMA_1B)  # 8B target, 1B draft, both with their KV, on the H100 roofline
     requests = poisson_requests(Workload(rate=20.0, duration_s=10.0))
@@ -70,7 +71,10 @@ from typing import NamedTuple
 import numpy as np
 
 from minispec.decoding.stats import percentile
-from minispec.roofline.policy import GammaPolicy
+from minispec.engine.blocks import BlockManager
+from minispec.engine.request import Sequence
+from minispec.engine.scheduler import Scheduler as EngineScheduler
+from minispec.roofline.policy import FixedPolicy, GammaPolicy
 from minispec.serving.steps import RooflineSteps, StepTimes
 from minispec.serving.traffic import Request, Workload, acceptance, poisson_requests
 
@@ -83,21 +87,23 @@ class Scheduler:
     get 256 and 2048, and ``LLM`` offline gets 16384 tokens on the large GPUs, 8192 on the others)."""
 
     max_rows: int = 1024  # running requests at most (max_num_seqs)
-    max_batched_tokens: int = 8192  # prompt tokens a prefill step admits (max_num_batched_tokens); one prompt at least
-    kv_tokens: int | None = None  # KV-cache tokens for prompts + outputs; None: the step source's kv_budget
+    max_batched_tokens: int = 8192  # tokens the target reads a step (max_num_batched_tokens): 1 + K per decoding row
+    kv_tokens: int | None = None  # KV-cache slots; None: the step source's kv_budget (None there: no limit)
+    block_size: int = 16  # KV slots per block (vLLM's default)
 
     def __post_init__(self):
-        if not self.max_rows >= 1 or not self.max_batched_tokens >= 1:
-            raise ValueError(f"need max_rows >= 1 and max_batched_tokens >= 1: {self}")
+        if not self.max_rows >= 1 or not self.max_batched_tokens >= 1 or not self.block_size >= 1:
+            raise ValueError(f"need max_rows, max_batched_tokens and block_size >= 1: {self}")
 
 
 class Step(NamedTuple):
-    kind: str  # "prefill" or "decode"
+    kind: str  # "decode" (rows decoded, and maybe prompts were prefilled beside them) or "prefill" (prompts only)
     end_s: float  # s, when it ended
     seconds: float  # s, how long it took
-    batch: int  # rows it served
+    batch: int  # rows it decoded (a "prefill" step: rows it prefilled)
     gamma: int  # draft tokens per row (0 for plain decoding and for prefill)
-    context: float = 0.0  # mean KV tokens per row it read (0 for prefill)
+    context: float = 0.0  # mean KV tokens per decoding row (0 for prefill)
+    prefill_tokens: int = 0  # prompt tokens (chunks of them) it prefilled
 
 
 @dataclass
@@ -107,6 +113,7 @@ class Run:
     requests: list[Request]
     steps: list[Step] = field(repr=False)
     policy: GammaPolicy | None = None  # the simulator's copy, with its running alpha
+    preemptions: int = 0  # requests whose KV was dropped, to be recomputed
 
     @property
     def span_s(self) -> float:
@@ -158,74 +165,54 @@ def simulate(requests: list[Request], steps: StepTimes, speculation: int | Gamma
     """
     if not isinstance(speculation, GammaPolicy) and not (speculation >= 0 and speculation == int(speculation)):
         raise ValueError(f"speculation must be a gamma >= 0 or a GammaPolicy, got {speculation!r}")
-    policy = copy.deepcopy(speculation) if isinstance(speculation, GammaPolicy) else None
-    G = policy.gamma_max if policy is not None else int(speculation)  # the most draft tokens a step may test
+    policy = copy.deepcopy(speculation) if isinstance(speculation, GammaPolicy) else (
+        FixedPolicy(int(speculation)) if speculation else None)
+    G = 0 if policy is None else policy.gamma_max  # the most draft tokens a step may test: lookahead slots
     requests = sorted((replace(r) for r in requests), key=lambda r: r.arrival_s)
-    rates = {id(r): acceptance(r.alpha, G) for r in requests}  # (G,) per request; checks every alpha first
-    drafting = policy is not None or speculation > 0
-    budget = scheduler.kv_tokens if scheduler.kv_tokens is not None else steps.kv_budget(drafting)
-    budget = math.inf if budget is None else budget
-    if any(r.prompt_tokens + r.output_tokens > budget for r in requests):
-        raise ValueError(f"a request needs more KV tokens than the budget of {budget}")
+    seqs = [Sequence(r.prompt_tokens, r.output_tokens, r.arrival_s, num_tokens=r.prompt_tokens,
+                     alpha=tuple(acceptance(r.alpha, G))) for r in requests]  # checks every alpha first
+    budget = scheduler.kv_tokens if scheduler.kv_tokens is not None else steps.kv_budget(policy is not None)
+    bs = scheduler.block_size
+    need = max(r.prompt_tokens + r.output_tokens - 1 + G for r in requests)  # KV slots a request holds at most
+    blocks = (sum(-(-(r.prompt_tokens + r.output_tokens + G) // bs) for r in requests) if budget in (None, math.inf)
+              else int(budget // bs))
+    if need > blocks * bs:
+        raise ValueError(f"a request needs {need} KV tokens (with {G} lookahead slots), more than the budget of "
+                         f"{budget} ({blocks} blocks of {bs})")
+    if scheduler.max_batched_tokens < 1 + G:
+        raise ValueError(f"max_batched_tokens ({scheduler.max_batched_tokens}) must hold a decoding row's 1 + {G}")
     tell_context = not isinstance(steps, RooflineSteps) or steps.kv  # a weights-only bound plans at context 0
+    engine = EngineScheduler(BlockManager(blocks, bs), scheduler.max_rows, scheduler.max_batched_tokens, policy,
+                             context=tell_context)
+    if policy is not None:
+        policy.start()
     rng = np.random.default_rng(seed)  # the acceptance coins
-    arrivals, waiting, running, trace = deque(requests), deque(), [], []
-    left, ctx = np.zeros(0, dtype=int), np.zeros(0, dtype=int)  # (B,) tokens each row still owes, KV tokens it holds
-    alpha = np.zeros((0, G))  # (B, G) each row's acceptance rate by draft position
-    kv_used, t = 0, 0.0  # tokens reserved, s
-
-    def finish(done: list[Request]):
-        nonlocal kv_used
-        for r in done:
-            r.finish_s = t
-            kv_used -= r.prompt_tokens + r.output_tokens
-
-    while arrivals or waiting or running:
-        if not waiting and not running:
-            t = max(t, arrivals[0].arrival_s)  # idle until the next arrival
-        while arrivals and arrivals[0].arrival_s <= t:
-            waiting.append(arrivals.popleft())
-
-        admitted, prompt = [], 0  # first come, first served, while rows, prefill tokens and KV tokens last
-        while (waiting and len(running) + len(admitted) < scheduler.max_rows
-               and (not admitted or prompt + waiting[0].prompt_tokens <= scheduler.max_batched_tokens)
-               and kv_used + waiting[0].prompt_tokens + waiting[0].output_tokens <= budget):
-            r = waiting.popleft()
-            kv_used += r.prompt_tokens + r.output_tokens
-            prompt += r.prompt_tokens
-            admitted.append(r)
-        if admitted:  # one prefill step for all of them; it gives each its first token
-            dt = steps.prefill(len(admitted), prompt / len(admitted), drafting)
-            t += dt
-            trace.append(Step("prefill", t, dt, len(admitted), 0))
-            for r in admitted:
-                r.first_token_s = t
-            finish([r for r in admitted if r.output_tokens == 1])
-            admitted = [r for r in admitted if r.output_tokens > 1]
-            running += admitted
-            left = np.concatenate([left, [r.output_tokens - 1 for r in admitted]])
-            ctx = np.concatenate([ctx, [r.prompt_tokens + 1 for r in admitted]]).astype(int)
-            alpha = np.concatenate([alpha, [rates[id(r)] for r in admitted]]) if admitted else alpha
-        if not running:
+    arrivals, trace, t = deque(zip(requests, seqs)), [], 0.0
+    while arrivals or engine.has_work():
+        while arrivals and arrivals[0][0].arrival_s <= t:
+            engine.add(arrivals.popleft()[1])
+        if not engine.has_work():
+            t = arrivals[0][0].arrival_s  # idle until the next arrival
             continue
-
-        B = len(running)
-        gamma = policy.choose(B, float(ctx.mean()) if tell_context else None) if policy is not None else G
-        dt = steps.speculative(ctx, gamma) if gamma else steps.plain(ctx)
+        plan = engine.schedule()
+        B, gamma, prompt = len(plan.decode), plan.gamma, sum(n for _, n in plan.prefill)
+        ctx = np.array([s.num_computed for s in plan.decode], dtype=float)  # (B,) KV tokens each decoding row holds
+        dt = (steps.speculative(ctx, gamma) if gamma else steps.plain(ctx)) if B else 0.0
+        if plan.prefill:  # a second pass in the same step, as the engine runs it
+            dt += steps.prefill(len(plan.prefill), prompt / len(plan.prefill), policy is not None)
         t += dt
-        trace.append(Step("decode", t, dt, B, gamma, float(ctx.mean())))
-        accept = rng.random((B, gamma)) < alpha[:, :gamma]  # (B, gamma) a coin per draft token at its position's rate
-        n = accept.cumprod(axis=1).sum(axis=1)  # (B,) accepted: the run of accepts before the first rejection
-        gained = np.minimum(n + 1, left)  # (B,) the target adds one token; a row stops at its output length
-        left, ctx = left - gained, ctx + gained
-        if policy is not None and gamma:
+        trace.append(Step("decode" if B else "prefill", t, dt, B if B else len(plan.prefill), gamma if B else 0,
+                          float(ctx.mean()) if B else 0.0, prompt))
+        alpha = np.array([s.alpha[:gamma] for s in plan.decode]).reshape(B, gamma)  # (B, gamma) by position
+        n = (rng.random((B, gamma)) < alpha).cumprod(axis=1).sum(axis=1)  # (B,) accepted: the run before a rejection
+        new = {id(s): ([0] * (k + 1), [True] * k + [False]) for s, k in zip(plan.decode, n.tolist())}  # + the target's
+        new |= {id(s): ([0], [False]) for s, k in plan.prefill if s.num_computed + k == s.prompt_len == s.num_tokens}
+        engine.update(plan, new, t)  # adds the tokens (up to each request's output length), frees blocks
+        if policy is not None and gamma and B:
             policy.observe(int(n.sum()), int(np.minimum(n + 1, gamma).sum()))  # tested: up to the first rejection
-        done = left == 0  # (B,)
-        if done.any():
-            finish([r for r, d in zip(running, done) if d])
-            running = [r for r, d in zip(running, done) if not d]
-            left, ctx, alpha = left[~done], ctx[~done], alpha[~done]
-    return Run(requests, trace, policy)
+    for r, s in zip(requests, seqs):
+        r.first_token_s, r.finish_s = s.first_token_s, s.finish_s
+    return Run(requests, trace, policy, engine.preemptions)
 
 
 def sweep(rates, settings: dict[str, int | GammaPolicy], steps: StepTimes, tpot_slo_s: float,

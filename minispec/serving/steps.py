@@ -1,8 +1,9 @@
 """Step times for the serving simulator: from the roofline at each row's own context, or measured.
 
 :class:`RooflineSteps` charges every step at the running rows' KV (target and draft), weights,
-tensor-parallel all-reduces and fixed overheads; :class:`MeasuredSteps` reads a table measured with
-``minispec bench``. Both satisfy :class:`StepTimes`.
+tensor-parallel all-reduces and fixed overheads; :class:`MeasuredSteps` reads a table of forward passes
+measured with ``minispec bench``; :class:`EngineSteps` reads whole engine steps measured through
+:class:`minispec.engine.Engine` (``minispec serve-bench``). All satisfy :class:`StepTimes`.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 from minispec import roofline
 from minispec.roofline import LLAMA_8B, ModelShape
 from minispec.roofline.hardware import H100_SXM, Hardware
-from minispec.roofline.policy import RooflinePolicy, StepTable
+from minispec.roofline.policy import RooflinePolicy, StepTable, _interp
 
 
 class StepTimes(Protocol):
@@ -176,3 +177,73 @@ class MeasuredSteps:
 
     def kv_budget(self, draft: bool = False) -> int | None:
         return self.kv_tokens
+
+
+@dataclass
+class EngineSteps:
+    """Step times of the engine itself, measured whole (scheduling, the paged gather, drafting, sampling and
+    the host's bookkeeping included), as :func:`minispec.tools.serve_bench.engine_step_table` measures them.
+
+    ``step_s[context][(batch, gamma + 1)]``: seconds of a decode step with every row at about ``context`` KV
+    tokens, interpolated linearly in batch and in gamma, and, between the two smallest contexts measured, in the
+    batch's *longest* row (the engine pads every row's attention to it; beyond them, along the same line).
+    ``prefill_s[kind]``: (tokens, seconds) of prefill passes, ``"plain"`` and ``"draft"`` (the draft reading the
+    prompt too), interpolated in the pass's tokens. A step that decodes and prefills costs both, as in the engine.
+    """
+
+    step_s: dict[int, dict[tuple[int, int], float]]
+    prefill_s: dict[str, list[tuple[int, float]]]
+
+    def __post_init__(self):
+        self.contexts = sorted(self.step_s)
+        self.tables = [StepTable(self.step_s[c], {1: 0.0}) for c in self.contexts]
+        if not self.prefill_s.get("plain"):
+            raise ValueError("EngineSteps needs plain prefill times")
+
+    def _width(self, table: StepTable, batch: int, tokens_per_row: int) -> float:
+        """A step at this batch, interpolated linearly between the widths measured (1 + gamma tokens a row)."""
+        widths = table.tokens_per_row
+        if tokens_per_row in widths:
+            return table.target(batch, tokens_per_row)
+        return _interp([(w, table.target(batch, w)) for w in widths], tokens_per_row)
+
+    def _decode(self, context: np.ndarray, tokens_per_row: int) -> float:
+        at = [self._width(t, len(context), tokens_per_row) for t in self.tables]
+        if len(at) == 1:
+            return at[0]
+        (c0, c1), (s0, s1) = self.contexts[:2], at[:2]
+        return max(min(s0, s1), s0 + (s1 - s0) * (float(np.max(context)) - c0) / (c1 - c0))
+
+    def plain(self, context: np.ndarray) -> float:
+        return self._decode(context, 1)
+
+    def speculative(self, context: np.ndarray, gamma: int) -> float:
+        return self._decode(context, gamma + 1)
+
+    def prefill(self, batch: int, prompt_tokens: float, draft: bool = False) -> float:
+        return _interp(self.prefill_s["draft" if draft and self.prefill_s.get("draft") else "plain"],
+                       batch * prompt_tokens)
+
+    def kv_budget(self, draft: bool = False) -> None:
+        return None
+
+    @classmethod
+    def fit(cls, records: list[tuple[int, int, int, float]]) -> EngineSteps:
+        """Step times fitted to an engine's own steps (decoding rows B, gamma, prompt tokens P, seconds): per gamma
+        a line in B through the decode-only steps, and a line in P through what steps with a prefill took more."""
+        lines, extra = {}, []
+        for g in sorted({g for b, g, p, _ in records if b and not p}):
+            pts = np.array([(b, t) for b, gg, p, t in records if b and not p and gg == g], dtype=float)  # (n, 2)
+            if len(pts) >= 3:
+                lines[g] = (np.polyfit(pts[:, 0], pts[:, 1], 1) if len(set(pts[:, 0])) > 1
+                            else (0.0, np.median(pts[:, 1])))
+        extra = [(p, t - (np.polyval(lines[g], b) if b else 0.0)) for b, g, p, t in records
+                 if p and (not b or g in lines)]
+        slope, icpt = np.polyfit(*np.array(extra, dtype=float).T, 1) if len(extra) > 1 else (0.0, 0.0)
+        top = max(b for b, *_ in records)
+        grid = sorted({1, top} | {x for x in (2, 4, 8, 16, 32, 64, 128, 256) if x < top})
+        floor = 1e-4  # s: a line fitted through noisy points must not reach zero
+        table = {(B, g + 1): max(floor, float(np.polyval(line, B))) for g, line in lines.items() for B in grid}
+        if 0 not in lines:  # StepTable needs plain steps; a setting that never ran one never asks for them
+            table |= {(B, 1): t for (B, w), t in table.items() if w == min(lines) + 1}
+        return cls({0: table}, {"plain": [(n, max(floor, icpt + slope * n)) for n in (1, 64, 256, 1024, 4096)]})

@@ -70,21 +70,21 @@ def two_requests():
 # --- the event loop, by hand (prefill 0.5 s, plain step 1 s, speculative step 2 s) ---------------
 
 def test_plain_decoding_by_hand():
-    """0.0 A admitted, prefill -> 0.5 (A's first token); decode, batch 1 -> 1.5 (A has 2).
-    1.5 B (arrived at 1.2) admitted, prefill -> 2.0 (B's first token); decode, batch 2 -> 3.0
-    (A has 3: done; B has 2). Decode, batch 1 -> 4.0 (B done).
-    A: TTFT 0.5, TPOT (3.0 - 0.5) / 2 = 1.25. B: TTFT 2.0 - 1.2 = 0.8, TPOT (4.0 - 2.0) / 2 = 1.0.
-    6 tokens over 4.0 s = 1.5 tokens/s; with a 1.1 s SLO only B's 3 count: 0.75 tokens/s.
-    Mean batch over the decode steps (1 s each): (1 + 2 + 1) / 3."""
+    """The engine's scheduler (minispec.engine): decoding rows first, then prompts, in one step.
+    0.0 A prefill -> 0.5 (A's first token); decode, batch 1 -> 1.5 (A has 2). 1.5: B (arrived at 1.2) is
+    prefilled in the same step as A's decode: 1 + 0.5 -> 3.0 (A has 3: done; B's first token). B decodes alone
+    -> 4.0, 5.0 (done). A: TTFT 0.5, TPOT (3.0 - 0.5) / 2 = 1.25. B: TTFT 3.0 - 1.2 = 1.8, TPOT (5.0 - 3.0) / 2 =
+    1.0. 6 tokens over 5.0 s = 1.2 tokens/s; with a 1.1 s SLO only B's 3 count: 0.6 tokens/s."""
     run = simulate(two_requests(), ConstantSteps(), speculation=0)
     a, b = run.requests
     assert (a.ttft_s, a.tpot_s, a.finish_s) == (0.5, 1.25, 3.0)
-    assert (b.ttft_s, b.tpot_s, b.finish_s) == (pytest.approx(0.8), 1.0, 4.0)
-    assert [(s.kind, s.end_s, s.batch) for s in run.steps] == [
-        ("prefill", 0.5, 1), ("decode", 1.5, 1), ("prefill", 2.0, 1), ("decode", 3.0, 2), ("decode", 4.0, 1)]
+    assert (b.ttft_s, b.tpot_s, b.finish_s) == (pytest.approx(1.8), 1.0, 5.0)
+    assert [(s.kind, s.end_s, s.batch, s.prefill_tokens) for s in run.steps] == [
+        ("prefill", 0.5, 1, 4), ("decode", 1.5, 1, 0), ("decode", 3.0, 1, 4), ("decode", 4.0, 1, 0),
+        ("decode", 5.0, 1, 0)]
     summary = run.summary(tpot_slo_s=1.1)
-    assert summary["throughput"] == 1.5 and summary["goodput"] == 0.75 and summary["slo_met"] == 0.5
-    assert summary["mean_batch"] == pytest.approx(4 / 3) and summary["tpot_p50_s"] == pytest.approx(1.125)
+    assert summary["throughput"] == 1.2 and summary["goodput"] == 0.6 and summary["slo_met"] == 0.5
+    assert summary["mean_batch"] == 1 and summary["tpot_p50_s"] == pytest.approx(1.125)
     with pytest.raises(ValueError, match="gamma >= 0"):
         simulate(two_requests(), ConstantSteps(), speculation=-1)
 
@@ -104,29 +104,37 @@ def test_speculation_by_hand_all_accepted():
 
 def test_speculation_by_hand_all_rejected():
     """alpha 0: a 2 s speculative step yields one token per row.
-    A prefill -> 0.5; step -> 2.5 (A has 2); B prefill -> 3.0; step, batch 2 -> 5.0 (A done, B has 2);
-    step -> 7.0 (B done). A: TPOT (5.0 - 0.5) / 2 = 2.25; B: TTFT 1.8, TPOT (7.0 - 3.0) / 2 = 2.0.
-    Each row tests one draft token (its first is rejected): tested 1, 2, 1 over the three steps."""
+    A prefill -> 0.5; step -> 2.5 (A has 2); A's step and B's prefill -> 5.0 (A done, B's first token); B's steps
+    -> 7.0, 9.0 (B done). A: TPOT (5.0 - 0.5) / 2 = 2.25; B: TTFT 5.0 - 1.2 = 3.8, TPOT (9.0 - 5.0) / 2 = 2.0.
+    Each row tests one draft token (its first is rejected), one row a step."""
     requests = [Request(r.arrival_s, r.prompt_tokens, r.output_tokens, alpha=0.0) for r in two_requests()]
     run = simulate(requests, ConstantSteps(), speculation=RecordingPolicy(gamma=4))
     a, b = run.requests
-    assert (a.tpot_s, a.finish_s, b.tpot_s, b.finish_s) == (2.25, 5.0, 2.0, 7.0)
-    assert run.policy.seen == [(0, 1), (0, 2), (0, 1)]
+    assert (a.tpot_s, a.finish_s, b.ttft_s, b.tpot_s, b.finish_s) == (2.25, 5.0, pytest.approx(3.8), 2.0, 9.0)
+    assert run.policy.seen == [(0, 1)] * 4
     assert requests[0].finish_s != requests[0].finish_s  # the caller's requests are left alone (nan)
 
 
-def test_memory_limit_queues_requests():
-    """A and B both arrive at 0.0, each reserving 4 + 3 = 7 KV tokens. Room for one row (or for
-    7 KV tokens): A prefill -> 0.5, decode -> 1.5, 2.5 (done); then B prefill -> 3.0, done at 5.0.
-    Room for both: one prefill of two rows -> 0.5, both done at 2.5."""
+def test_memory_limit_queues_and_preempts_requests():
+    """A and B both arrive at 0.0: 4-token prompts, 3 output tokens, so at most 4 + 3 - 1 = 6 KV slots each.
+    One row at a time: A prefill -> 0.5, decode -> 1.5, 2.5 (done); then B prefill -> 3.0, done at 5.0.
+    8 slots (blocks of 1): both prompts fit (on-demand, nothing reserved) and get their first tokens at 0.5; then A
+    needs a 5th slot, so B, the younger, is preempted; A decodes -> 1.5, 2.5 (done); B recomputes its 4 slots
+    (its first token kept) -> 3.0 and decodes -> 4.0, 5.0. 12 slots: both decode together, done at 2.5, where
+    reserving prompt + output at admission would have needed 14."""
     both = [Request(0.0, 4, 3), Request(0.0, 4, 3)]
-    for scheduler in (Scheduler(max_rows=1), Scheduler(kv_tokens=13)):
-        a, b = simulate(both, ConstantSteps(), scheduler=scheduler).requests
-        assert (a.finish_s, b.ttft_s, b.finish_s) == (2.5, 3.0, 5.0)
-    run = simulate(both, ConstantSteps(), scheduler=Scheduler(kv_tokens=14))
-    assert [r.finish_s for r in run.requests] == [2.5, 2.5] and run.steps[0].batch == 2
+    a, b = simulate(both, ConstantSteps(), scheduler=Scheduler(max_rows=1)).requests
+    assert (a.finish_s, b.ttft_s, b.finish_s) == (2.5, 3.0, 5.0)
+    run = simulate(both, ConstantSteps(), scheduler=Scheduler(kv_tokens=8, block_size=1))
+    a, b = run.requests
+    assert (a.finish_s, b.ttft_s, b.finish_s, run.preemptions) == (2.5, 0.5, 5.0, 1)
+    assert [(s.kind, s.end_s, s.batch) for s in run.steps] == [
+        ("prefill", 0.5, 2), ("decode", 1.5, 1), ("decode", 2.5, 1), ("prefill", 3.0, 1), ("decode", 4.0, 1),
+        ("decode", 5.0, 1)]
+    run = simulate(both, ConstantSteps(), scheduler=Scheduler(kv_tokens=12, block_size=1))
+    assert [r.finish_s for r in run.requests] == [2.5, 2.5] and run.steps[1].batch == 2 and not run.preemptions
     with pytest.raises(ValueError, match="KV tokens"):
-        simulate(both, ConstantSteps(), scheduler=Scheduler(kv_tokens=6))
+        simulate(both, ConstantSteps(), scheduler=Scheduler(kv_tokens=5, block_size=1))
 
 
 def test_each_request_accepts_at_its_own_alpha():
@@ -159,27 +167,27 @@ def test_vllm_per_position_rates_become_conditional_ones():
 
 
 def test_goodput_counts_both_slos():
-    """A (TTFT 0.5, TPOT 1.25) and B (TTFT 0.8, TPOT 1.0), 3 tokens each over 4.0 s. TPOT <= 1.25: both count,
-    1.5 tokens/s; add TTFT <= 0.6 s and only A counts: 0.75 tokens/s."""
+    """A (TTFT 0.5, TPOT 1.25) and B (TTFT 1.8, TPOT 1.0), 3 tokens each over 5.0 s. TPOT <= 1.25: both count,
+    1.2 tokens/s; add TTFT <= 0.6 s and only A counts: 0.6 tokens/s."""
     run = simulate(two_requests(), ConstantSteps(), speculation=0)
-    assert run.goodput(1.25) == 1.5 and run.goodput(1.25, ttft_slo_s=0.6) == 0.75
+    assert run.goodput(1.25) == 1.2 and run.goodput(1.25, ttft_slo_s=0.6) == 0.6
     assert run.summary(1.25, 0.6)["slo_met"] == 0.5 and run.meets(1.1, 0.6) == [False, False]
 
 
 def test_each_step_is_charged_at_the_rows_own_context():
-    """A 4-token and a 10-token prompt, 3 tokens each: the decode steps read 5 and 11 KV tokens (prompt + the
-    first token), then 6 and 12: means 8 and 9."""
+    """A 4-token and a 10-token prompt, 3 tokens each: the decode steps read 4 and 10 KV tokens (all but the last
+    token, as speculative_generate counts it), then 5 and 11: means 7 and 8."""
     requests = [Request(0.0, 4, 3), Request(0.0, 10, 3)]
     run = simulate(requests, ConstantSteps(), speculation=0)
-    assert [s.context for s in run.steps if s.kind == "decode"] == [8.0, 9.0]
+    assert [s.context for s in run.steps if s.kind == "decode"] == [7.0, 8.0]
     steps = RooflineSteps()
     assert steps.plain(np.array([5, 11])) == roofline.step_time(2, 1, H100_SXM, LLAMA_8B, 8.0)
     assert RooflineSteps(kv=False).plain(np.array([5, 11])) == roofline.step_time(2, 1, H100_SXM, LLAMA_8B, 0)
 
 
 def test_a_roofline_policy_is_told_the_rows_context():
-    """Before each choice the policy reads the rows' mean context: 101 and 301 tokens (prompt + first token),
-    then 3 more each (gamma 2, all accepted). Weights-only step times leave it alone."""
+    """Before each choice the policy reads the rows' mean context: 100 and 300 KV tokens (the prompts), then 3
+    more each (gamma 2, all accepted). Weights-only step times leave it alone."""
     class Recording(RooflinePolicy):
         def choose(self, batch_size, context=None):
             self.seen = getattr(self, "seen", []) + [context]
@@ -189,31 +197,37 @@ def test_a_roofline_policy_is_told_the_rows_context():
     steps = RooflineSteps(draft=LLAMA_1B)
     run = simulate(requests, steps, Recording(hardware=steps.device, model=steps.model, draft=LLAMA_1B, gamma_max=2))
     decode = [s for s in run.steps if s.kind == "decode"]
-    assert [s.context for s in decode] == [201.0, 204.0] and run.policy.seen == [201.0, 204.0]
+    assert [s.context for s in decode] == [200.0, 203.0] and run.policy.seen == [200.0, 203.0]
     run = simulate(requests, RooflineSteps(kv=False), Recording(gamma_max=2))
     assert run.policy.seen == [None, None]  # the weights-only bound plans at the policy's own context, 0
 
 
-def test_a_prefill_step_admits_up_to_max_batched_tokens():
-    """Three 6-token prompts at once, 10 prompt tokens a prefill step: A alone (A and B would be 12), then B
-    with one decode step of A, then C. A prompt longer than the cap is still admitted alone."""
+def test_a_step_reads_up_to_max_batched_tokens_and_chunks_prompts():
+    """Three 6-token prompts at once, 10 tokens a step: A's 6 and the first 4 of B's (a chunk) -> 0.5, A's first
+    token; then A's decode (1 token), B's last 2 and C's 6 -> 2.0, A done, B's and C's first tokens; then B and C
+    decode together -> 3.0. A 20-token prompt takes two steps of 10. gamma 4 needs 1 + 4 tokens a row."""
     requests = [Request(0.0, 6, 2), Request(0.0, 6, 2), Request(0.0, 6, 2)]
     run = simulate(requests, ConstantSteps(), scheduler=Scheduler(max_batched_tokens=10))
-    assert [(s.kind, s.batch) for s in run.steps][:3] == [("prefill", 1), ("decode", 1), ("prefill", 1)]
-    assert simulate([Request(0.0, 20, 2)], ConstantSteps(), scheduler=Scheduler(max_batched_tokens=10)).steps[0].batch
+    assert [(s.kind, s.end_s, s.batch, s.prefill_tokens) for s in run.steps] == [
+        ("prefill", 0.5, 2, 10), ("decode", 2.0, 1, 8), ("decode", 3.0, 2, 0)]
+    run = simulate([Request(0.0, 20, 2)], ConstantSteps(), scheduler=Scheduler(max_batched_tokens=10))
+    assert [(s.kind, s.prefill_tokens) for s in run.steps] == [("prefill", 10), ("prefill", 10), ("decode", 0)]
     with pytest.raises(ValueError, match="max_batched_tokens"):
         Scheduler(max_batched_tokens=0)
+    with pytest.raises(ValueError, match="max_batched_tokens"):
+        simulate(requests, ConstantSteps(), 4, Scheduler(max_batched_tokens=4))
 
 
 def test_the_batch_table_runs_as_a_policy():
     """[[1, 1, 4], [2, 8, 0]], 4 tokens each at alpha 0 (a step gains 1). A alone: prefill -> 0.5, a gamma-4 step
-    -> 2.5; B (arrived at 1.2) prefill -> 3.0; batch 2 runs plain steps -> 4.0, 5.0 (A done); B alone drafts 4
-    again -> 7.0. vLLM's lookup rules: a gap takes the K before it, past the last range the last K."""
+    -> 2.5; another beside B's prefill (B arrived at 1.2) -> 5.0; batch 2 runs a plain step -> 6.0 (A done); B
+    alone drafts 4 again -> 8.0, 10.0. vLLM's lookup rules: a gap takes the K before it, past the last range the
+    last K."""
     table = BatchTablePolicy(ranges=[[1, 1, 4], [2, 8, 0]])
     requests = [Request(0.0, 4, 4, alpha=0.0), Request(1.2, 4, 4, alpha=0.0)]
     run = simulate(requests, ConstantSteps(), speculation=table)
     assert [(s.batch, s.gamma, s.end_s) for s in run.steps if s.kind == "decode"] == [
-        (1, 4, 2.5), (2, 0, 4.0), (2, 0, 5.0), (1, 4, 7.0)]
+        (1, 4, 2.5), (1, 4, 5.0), (2, 0, 6.0), (1, 4, 8.0), (1, 4, 10.0)]
     gaps = BatchTablePolicy(ranges=[[1, 16, 3], [32, 128, 2], [256, 2048, 0]])  # vLLM's own test table
     assert [gaps.choose(b) for b in (16, 17, 31, 32, 255, 256, 4096)] == [3, 3, 3, 2, 2, 0, 0]
     config = roofline.vllm_speculative_config(0.8, 4, draft=LLAMA_1B, context=192)
@@ -388,22 +402,25 @@ def test_break_even_comes_back_with_the_drafts_own_kv():
 
 
 def test_whole_model_at_high_load_the_draft_pays_and_its_memory_shows_in_the_queue():
-    """25 requests/s: plain decoding runs ~190 rows whose 12 ms steps miss an 8 ms TPOT SLO; gamma 4 with the 1B
-    draft is faster but, at ~170 rows, misses it for most requests too; the gated policy drafts ~2 tokens at
-    ~130 rows and meets it. 30 requests/s is past everyone's capacity (queues grow: p99 TTFT over a second), and
-    gamma 4 still yields more tokens/s than plain, but the draft's own full KV leaves room for fewer rows, so
-    its queue is the longest, and a 256-token window of draft KV makes it the shortest."""
+    """25 requests/s: plain decoding runs ~195 rows whose 12 ms steps miss an 8 ms TPOT SLO; gamma 4 with the 1B
+    draft is faster but, at ~165 rows, misses it for most requests too; the gated policy drafts ~2 tokens at
+    ~135 rows and meets it. 35 requests/s: KV is allocated as rows grow, so plain decoding holds ~340 rows (more
+    than the ~284 whose prompt + output reservations would fit beside both models) and nobody's queue need grow;
+    but gamma 4's draft keeps its own full KV, so its rows run out of blocks, are preempted and recomputed, and
+    its queue grows past a second, while a 256-token window of draft KV fits every row."""
     windowed = RooflineSteps(draft=LLAMA_1B, draft_kv_window=256)
     settings = {"off": 0, "gamma 4": 4, "gated": DRAFT.policy(alpha0=0.8, gamma_max=4)}
-    requests = {rate: poisson_requests(Workload(rate=rate, duration_s=25)) for rate in (25.0, 30.0)}
+    requests = {rate: poisson_requests(Workload(rate=rate, duration_s=25)) for rate in (25.0, 35.0)}
     runs = {(rate, name): simulate(requests[rate], DRAFT, s) for rate in requests for name, s in settings.items()}
     runs |= {(rate, "window"): simulate(requests[rate], windowed, 4) for rate in requests}
     good = {k: run.goodput(0.008, ttft_slo_s=1.0) for k, run in runs.items()}
     assert good[(25.0, "gated")] > 3 * good[(25.0, "gamma 4")] > 3 * good[(25.0, "off")]
-    high = {name: runs[(30.0, name)].summary(0.008, 1.0) for name in ("off", "gamma 4", "gated", "window")}
-    assert all(s["ttft_p99_s"] > 1.0 for s in high.values())
-    assert high["gamma 4"]["throughput"] > 1.05 * high["off"]["throughput"]
-    assert high["window"]["ttft_p99_s"] < high["off"]["ttft_p99_s"] < high["gamma 4"]["ttft_p99_s"]
+    high = {name: runs[(35.0, name)].summary(0.008, 1.0) for name in ("off", "gamma 4", "gated", "window")}
+    assert high["off"]["mean_batch"] > DRAFT.kv_budget(draft=True) / (128 + 1024)
+    assert runs[(35.0, "gamma 4")].preemptions > 0 == runs[(35.0, "off")].preemptions == runs[
+        (35.0, "window")].preemptions
+    assert high["gamma 4"]["ttft_p99_s"] > 1.0 > max(high["off"]["ttft_p99_s"], high["window"]["ttft_p99_s"])
+    assert high["window"]["throughput"] > 1.1 * high["off"]["throughput"]
 
 
 SHORT = Workload(duration_s=10, mix=(Traffic("short chat", 0.8, prompt=Lengths(128), output=Lengths(128, "uniform")),))

@@ -1,0 +1,122 @@
+"""Attention through block tables: a KV cache whose slots live in blocks anywhere in one pool.
+
+:class:`PagedPool` holds the keys and values of every sequence, block by block:
+``k[layer]`` is (P, K, D) with P = (num_blocks + 1) x block_size physical slots (the last block is
+the scratch block, see :mod:`minispec.engine.blocks`). For one step the runner takes a
+:class:`PagedCache` *view* of it for the rows it runs: their block tables (B, nb) and KV lengths
+(B,). The view speaks the protocol of :class:`minispec.model.kv_cache.KVCache` (``lengths``, ``begin``,
+``update``, ``end``, ``rollback``, ``trim``, ``compact``), so the model, the speculative step and
+every draft run on it unchanged.
+
+The gather: in each layer, :meth:`PagedCache.update` writes the step's keys and values into
+their physical slots, then gathers each row's logical slots 0..S'-1 into a dense (B, K, S', D)
+tensor for ``scaled_dot_product_attention``. That copy is the price of a plain-PyTorch engine. A
+fused paged-attention kernel (vLLM's PagedAttention, FlashAttention's ``block_table`` argument,
+FlashInfer) reads the pool through the block table inside the attention kernel instead; it would
+replace :meth:`PagedCache.update`'s return value, and nothing above it would change.
+
+:class:`PagedRows` is the same idea for one vector per position (an EAGLE head's record of the
+target's features): a (B, S, F) tensor's ``gather`` and ``scatter_`` on dimension 1, through the
+tables.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class PagedPool:
+    """Keys and values of ``num_layers`` layers for ``num_blocks`` blocks of ``block_size`` slots (+1 scratch block)."""
+
+    def __init__(self, num_layers: int, num_blocks: int, block_size: int, kv_heads: int, head_dim: int,
+                 device=None, dtype=torch.float32):
+        P = (num_blocks + 1) * block_size
+        # zeros, not empty: a masked slot still multiplies its value by a weight of 0, and 0 * NaN is NaN
+        self.k = torch.zeros(num_layers, P, kv_heads, head_dim, device=device, dtype=dtype)  # (L, P, K, D)
+        self.v = torch.zeros(num_layers, P, kv_heads, head_dim, device=device, dtype=dtype)  # (L, P, K, D)
+        self.block_size = block_size
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * self.k.numel() * self.k.element_size()
+
+    def view(self, tables: torch.Tensor, lengths: torch.Tensor) -> PagedCache:
+        """A cache over the rows with these block tables (B, nb), padded with the scratch block, and KV lengths (B,)."""
+        return PagedCache(self, tables, lengths)
+
+
+class PagedCache:
+    """One step's rows of a :class:`PagedPool`, as a :class:`~minispec.model.kv_cache.KVCache`."""
+
+    static = False
+
+    def __init__(self, pool: PagedPool, tables: torch.Tensor, lengths: torch.Tensor):
+        self.pool, self.tables, self.lengths = pool, tables, lengths.clone()  # (B, nb), (B,)
+        self.bound = 0  # host-side bound on max(lengths): attention reads slots [0, bound)
+        self._write = self._read = None
+
+    def physical(self, slots: torch.Tensor) -> torch.Tensor:
+        """Physical slots (B, ...) of logical slots (B, ...); past a row's blocks (any slot, however far), the scratch
+        block, so padding never needs a table wide enough for it."""
+        bs, nb = self.pool.block_size, self.tables.shape[1]
+        flat = slots.reshape(len(slots), -1)  # (B, n)
+        block = self.tables.gather(1, (flat // bs).clamp(0, nb - 1))  # (B, n) the last column is the scratch block
+        return (block * bs + flat % bs).view(slots.shape)
+
+    @property
+    def slots_in_use(self) -> int:
+        return self.bound
+
+    def begin(self, slots: torch.Tensor) -> None:
+        """Prepare to write at logical slots (B, T); the next :meth:`update` calls gather slots [0, bound)."""
+        self.bound += slots.shape[1]
+        self._write = self.physical(slots).flatten()  # (B T,)
+        self._read = self.physical(torch.arange(self.bound, device=slots.device).expand(len(slots), -1)).flatten()
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write k, v (B, K, T, D) of one layer into the pool; return each row's slots in use (B, K, S', D)."""
+        B, K, T, D = k.shape
+        out = []
+        for pool, new in ((self.pool.k[layer], k), (self.pool.v[layer], v)):
+            flat = pool.view(-1, K * D)  # (P, K D) the layer's slots
+            flat.index_copy_(0, self._write, new.transpose(1, 2).reshape(B * T, K * D))  # into their physical slots
+            # The gather: a fused paged-attention kernel would read the pool through self.tables instead of copying.
+            out.append(flat.index_select(0, self._read).view(B, -1, K, D).transpose(1, 2))  # (B, K, S', D)
+        return out[0], out[1]
+
+    def end(self, T: int) -> None:
+        self.lengths += T
+        self._write = self._read = None
+
+    def rollback(self, lengths: torch.Tensor) -> None:
+        self.lengths.copy_(lengths)
+
+    def trim(self, max_length: int) -> None:
+        self.bound = max_length
+
+    def compact(self, base: torch.Tensor, src: torch.Tensor) -> None:
+        """As :meth:`minispec.model.kv_cache.KVCache.compact`: slot base + src[b, k] goes to base + 1 + k."""
+        D = src.shape[1]
+        dst = base[:, None] + 1 + torch.arange(D, device=src.device)  # (B, D)
+        src = torch.where(src >= 0, base[:, None] + src, dst)  # (B, D)
+        pd, ps = self.physical(dst), self.physical(src)  # (B, D) each
+        for buf in (self.pool.k, self.pool.v):
+            buf[:, pd] = buf[:, ps]  # (L, B, D, K, Dh) gathered first, then written
+
+
+class PagedRows:
+    """One vector per position, kept in blocks: it stands in for a (B, S, F) tensor's ``gather(1, ...)`` and
+    ``scatter_(1, ...)``, reading and writing ``pool`` (P, F) through a :class:`PagedCache`'s tables."""
+
+    def __init__(self, pool: torch.Tensor, cache: PagedCache, S: int):
+        self.pool, self.cache = pool, cache  # (P, F)
+        self.shape = (len(cache.tables), S, pool.shape[-1])  # (B, S, F)
+
+    def gather(self, dim: int, index: torch.Tensor) -> torch.Tensor:
+        """Rows' vectors at positions index[..., 0] (B, w, F) -> (B, w, F)."""
+        return self.pool[self.cache.physical(index[..., 0])]
+
+    def scatter_(self, dim: int, index: torch.Tensor, src: torch.Tensor) -> PagedRows:
+        """Write src (B, w, F) at positions index[..., 0] (B, w, F)."""
+        self.pool[self.cache.physical(index[..., 0])] = src
+        return self

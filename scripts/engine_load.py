@@ -1,0 +1,35 @@
+"""The engine measured under load on this machine, the simulator beside it: results/<machine>/engine_load.*.
+
+    PYTHONPATH=. python scripts/engine_load.py [--rates 1,4,8,16,32,64] [--out results/cpu/engine_load]
+
+``minispec serve-bench`` with every setting the issue compares, on the embedded pair and the shipped EAGLE head:
+plain decoding, gamma 4 with the draft model, the roofline-gated policy (gamma "auto"), vLLM's batch-size table
+from the engine's own step times, and gamma 4 with the EAGLE head. Where a speculative step stops paying as the
+batch grows: scripts/engine_crossover.py.
+"""
+
+import argparse
+
+import torch
+
+import minispec
+from minispec.model.load import sample_text
+from minispec.tools.serve_bench import LoadConfig, serve_bench
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--rates", default="1,4,8,16,32,64")
+    p.add_argument("--out", default="results/cpu/engine_load")
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    target, _ = minispec.load("tiny-code-target")
+    draft, _ = minispec.load("tiny-code-draft")
+    eagle = minispec.EagleDraft.from_pretrained("tiny-code-eagle", target)
+    text = list(sample_text("code"))
+    cfg = LoadConfig(rates=tuple(float(r) for r in args.rates.split(",")), seconds=6.0, min_requests=32,
+                     max_requests=192)
+    settings = {"plain": {}, "gamma 4": dict(draft=draft, gamma=4), "auto": dict(draft=draft, gamma="auto"),
+                "vLLM table": dict(draft=draft, gamma="table"), "EAGLE gamma 4": dict(draft=eagle, gamma=4)}
+    serve_bench(target, settings, cfg, text, args.out)
+    print(open(args.out + ".txt").read())

@@ -1,0 +1,89 @@
+"""Bad input is refused before any work, one request at a time; the clock; the constructor's checks."""
+
+import math
+import time
+
+import pytest
+
+import minispec
+from conftest import random_model
+from minispec.engine import Engine, Request
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return random_model(seed=0), random_model(seed=1, layers=1, hidden=32, heads=2, kv_heads=1)
+
+
+def test_bad_requests_fail_alone_before_any_work(pair):
+    """Each bad request comes back with finish_reason "error" and a reason naming the problem; the good ones are
+    served exactly, in as many steps as they take alone."""
+    target, draft = pair
+    engine = Engine(target, draft, gamma=4, block_size=4, num_blocks=40)  # 160 slots; the model takes 256 positions
+    good = [Request([1, 2, 3], 10), Request([4, 5], 10, arrival_s=0.0)]
+    bad = {
+        "the prompt is empty": Request([], 10),
+        "token id 64 outside the vocabulary": Request([1, 64], 10),
+        "token id -1 outside": Request([-1], 10),
+        "arrival_s must be a finite number of seconds >= 0": Request([1], 10, arrival_s=-1.0),
+        "more than the cache's 40 blocks x 4 = 160 slots can ever hold": Request([1] * 100, 60),
+        "exceeds the model's maximum length of 256": Request([1] * 200, 100),
+        "max_new_tokens must be an integer >= 1": Request([1], 0),
+        "temperature must be a number >= 0": Request([1], 5, temperature=-1.0),
+        "top_p must be in (0, 1]": Request([1], 5, top_p=1.5),
+        "eos_token_id 99 is not a token id": Request([1], 5, eos_token_id=99),
+        "seed must be an integer": Request([1], 5, seed="7"),
+        "expected a minispec.engine.Request": ([1, 2], 5),
+    }
+    outs = engine.run([good[0], *bad.values(), good[1]])
+    for i, (reason, o) in enumerate(zip(bad, outs[1:-1])):
+        assert o.finish_reason == "error" and o.tokens == [] and reason in o.error and o.error.startswith(
+            f"request {i + 1}: "), o.error
+        assert math.isnan(o.ttft_s)
+    assert [o.tokens for o in (outs[0], outs[-1])] == minispec.generate(target, [r.prompt for r in good], 10).tokens
+    steps = engine.stats.steps
+    engine.run(good)
+    assert engine.stats.steps == steps  # the bad requests cost no step
+    with pytest.raises(ValueError, match="no request can run: request 0: the prompt is empty; request 1: "):
+        engine.run([Request([], 3), Request([1], 3, arrival_s=math.nan)])
+    with pytest.raises(ValueError, match="non-empty list"):
+        engine.run([])
+
+
+def test_the_constructor_checks_its_arguments(pair):
+    target, draft = pair
+    for kw, message in [(dict(gamma=0), "gamma must be an integer >= 1, 'auto' or a GammaPolicy"),
+                        (dict(block_size=0), "block_size must be an integer >= 1"),
+                        (dict(num_blocks=0), "num_blocks must be an integer >= 1"),
+                        (dict(max_num_seqs=-1), "max_num_seqs must be an integer >= 1"),
+                        (dict(max_num_batched_tokens=4), r"must hold one decoding row's 1 \+ 4 tokens")]:
+        with pytest.raises(ValueError, match=message):
+            Engine(target, draft, **kw)
+    with pytest.raises(ValueError, match="share a vocabulary"):
+        Engine(target, random_model(seed=2, vocab=50))
+    with pytest.raises(ValueError, match="target must be a minispec Model"):
+        Engine("tiny-code-target")
+
+
+def test_defaults_serve_a_random_model_plainly_and_speculatively(pair):
+    target, draft = pair
+    prompts = [[1, 2, 3], [9] * 7]
+    for d in (None, draft, minispec.PromptLookupDraft()):
+        outs = Engine(target, d).run([Request(p, 12) for p in prompts])
+        assert [o.tokens for o in outs] == minispec.generate(target, prompts, 12).tokens
+
+
+def test_the_clock_realtime_or_with_idle_gaps_skipped(pair):
+    """A request arriving at 0.5 s joins once the clock passes it: in real time the run waits for it; by default the
+    clock skips the idle gap (the engine's clock then runs ahead of the wall clock), and the outputs' times agree."""
+    target, _ = pair
+    reqs = [Request([1, 2], 4), Request([3, 4], 4, arrival_s=0.5)]
+    for realtime in (True, False):
+        engine, t0 = Engine(target), time.perf_counter()
+        outs = engine.run(reqs, realtime=realtime)
+        wall = time.perf_counter() - t0
+        assert outs[1].first_token_s >= 0.5 and outs[1].arrival_s == 0.5 and 0 <= outs[1].ttft_s < outs[1].first_token_s
+        assert len(outs[1].itl_s) == 3 and outs[1].tpot_s > 0 and engine.stats.wall_s >= 0.5
+        assert wall >= 0.5 if realtime else engine.stats.wall_s > wall
+    with pytest.raises(ValueError, match="realtime must be True or False"):
+        Engine(target).run(reqs, realtime="yes")

@@ -1,0 +1,149 @@
+"""The engine's parts by hand: blocks and lookahead slots, attention through block tables, the scheduler's budget."""
+
+import pytest
+import torch
+
+import minispec
+from conftest import random_model
+from minispec.decoding.sampling import Sampler, SamplingParams
+from minispec.drafts.model import ModelDraft
+from minispec.engine import Engine, Request
+from minispec.engine.blocks import BlockManager
+from minispec.engine.drafting import PagedModelDraft
+from minispec.engine.paged import PagedPool
+from minispec.engine.request import Sequence
+from minispec.engine.runner import BatchState
+from minispec.engine.scheduler import Scheduler
+from minispec.roofline.policy import FixedPolicy
+
+# --- blocks ---------------------------------------------------------------------------------------
+
+
+def test_blocks_grow_on_demand_and_rejected_lookahead_blocks_come_back():
+    blocks, seq = BlockManager(num_blocks=6, block_size=4), Sequence(5, 10)
+    blocks.grow(seq, 5)  # a 5-token prompt: 2 blocks
+    assert len(seq.block_table) == 2 and blocks.num_free == 4
+    assert blocks.can_grow(seq, 24) and not blocks.can_grow(seq, 25)  # 6 blocks of 4 slots in all
+    blocks.grow(seq, 5 + 1 + 10)  # the last token and 10 lookahead slots: 16 slots, 4 blocks
+    assert len(seq.block_table) == 4 and blocks.num_free == 2
+    blocks.shrink(seq, 7)  # 2 of the 10 were accepted: the KV holds 7 slots, 2 blocks
+    assert len(seq.block_table) == 2 and blocks.num_free == 4 and len(set(seq.block_table)) == 2
+    blocks.release(seq)
+    assert seq.block_table == [] and sorted(blocks.free) == list(range(6))
+
+
+# --- attention through block tables -----------------------------------------------------------------
+
+
+def test_a_paged_cache_gives_the_static_caches_logits_and_compacts_like_it():
+    """The same three forward passes (a prompt, then a verify pass of 4, then 1) through a contiguous KVCache and
+    through a PagedCache whose blocks are scattered over the pool give the same logits, exactly."""
+    model = random_model(seed=3)
+    B, bs = 2, 4
+    pool = PagedPool(2, 16, bs, 2, 16)
+    tables = torch.tensor([[9, 2, 14, 5, 16], [0, 11, 7, 3, 16]])  # (B, nb) block 16 is the scratch block
+    paged, static = pool.view(tables, torch.zeros(B, dtype=torch.long)), model.new_cache(B, 20)
+    prompt = torch.tensor([[1, 2, 3, 4, 5, 6], [7, 8, 9, 10, 11, 12]])
+    for x in (prompt, torch.tensor([[5, 6, 7, 8], [1, 2, 3, 4]]), torch.tensor([[9], [9]])):
+        assert torch.equal(model(x, paged), model(x, static))
+    assert torch.equal(paged.lengths, static.lengths)
+    base, src = torch.tensor([6, 6]), torch.tensor([[2, 4], [1, -1]])  # a tree's accepted path, per row
+    paged.compact(base, src)
+    static.compact(base, src)
+    x = torch.tensor([[3], [4]])
+    paged.rollback(torch.tensor([9, 8]))
+    static.rollback(torch.tensor([9, 8]))
+    paged.trim(9)
+    static.trim(9)
+    assert torch.equal(model(x, paged), model(x, static))
+    unused = [1, 4, 6, 8, 10, 12, 13, 15]  # in no table: nothing may have been written there
+    assert pool.k.view(2, 17, bs, 2, 16)[:, unused].abs().sum() == 0 < pool.k.view(2, 17, bs, 2, 16)[:, 9].abs().sum()
+
+
+# --- the scheduler --------------------------------------------------------------------------------
+
+
+def counted(prompt_len, max_new=10):
+    """A sequence of counts only (the simulator's kind): the scheduler reads no token."""
+    s = Sequence(prompt_len, max_new, num_tokens=prompt_len)
+    return s
+
+
+def test_the_scheduler_by_hand():
+    """8 blocks of 4 slots, 20 tokens a step, 3 rows at most, gamma 3.
+
+    Step 1: A (6), B (9), C (5) are prefilled whole (20 tokens, 2 + 3 + 2 blocks); D waits for a row.
+    Step 2: each decoding row costs 1 + 3 = 4 tokens and its last token plus 3 lookahead slots. A (6 + 4 = 10 slots)
+    takes the last free block; B (9 + 4 = 13) needs one more: C, the youngest, is preempted (its 2 blocks freed),
+    and B gets one. Nothing is admitted in a step that preempted. A's draft is rejected (it gains 1: 7 KV slots,
+    2 blocks, one handed back); B's is accepted whole (it gains 4: 13 slots, 4 blocks).
+    Step 3: A (7 + 4 slots) and B (13 + 4) each take one more block; C (5 slots, 2 blocks) waits. B finishes.
+    Step 4: C comes back first, recomputing all its tokens but the last (5 slots; its first token is kept, not
+    drawn again), and D joins."""
+    blocks = BlockManager(8, 4)
+    sched = Scheduler(blocks, max_num_seqs=3, max_num_batched_tokens=20, policy=FixedPolicy(3))
+    a, b, c, d = counted(6), counted(9, max_new=9), counted(5), counted(4)
+    for s in (a, b, c, d):
+        sched.add(s)
+    plan = sched.schedule()
+    assert [(s, n) for s, n in plan.prefill] == [(a, 6), (b, 9), (c, 5)] and plan.tokens == 20 and not plan.decode
+    assert [len(s.block_table) for s in (a, b, c)] == [2, 3, 2] and list(sched.waiting) == [d]
+    sched.update(plan, {id(s): ([0], [False]) for s in (a, b, c)}, 1.0)  # the first tokens
+    plan = sched.schedule()
+    assert (plan.decode, plan.gamma, plan.width, plan.preempted, plan.tokens) == ([a, b], 3, 3, [c], 8)
+    assert [len(s.block_table) for s in (a, b, c)] == [3, 4, 0] and list(sched.waiting) == [c, d]
+    sched.update(plan, {id(a): ([0], [False]), id(b): ([0] * 4, [True] * 3 + [False])}, 2.0)
+    assert (a.num_computed, len(a.block_table), b.num_computed, len(b.block_table)) == (7, 2, 13, 4)
+    assert blocks.num_free == 2 and c.preemptions == 1 and c.num_tokens == 6 and c.prefill_end == 5
+    plan = sched.schedule()
+    assert (plan.decode, plan.prefill, plan.preempted, blocks.num_free) == ([a, b], [], [], 0)
+    assert sched.update(plan, {id(a): ([0], [False]), id(b): ([0] * 4, [True] * 4)}, 3.0) == [b]  # B: its 9 tokens
+    assert blocks.num_free == 6 and b.finish_reason == "length" and b.block_table == []  # B its 5, A 1 of 3
+    plan = sched.schedule()
+    assert plan.prefill == [(c, 5), (d, 4)] and plan.decode == [a] and sched.preemptions == 1
+    sched.update(plan, {id(a): ([0], [False]), id(d): ([0], [False])}, 4.0)
+    assert (c.num_computed, c.num_tokens, c.prefilling, d.num_tokens) == (5, 6, False, 5)
+
+
+def test_a_prompt_longer_than_the_budget_is_prefilled_in_chunks_and_decodes_exactly():
+    """max_num_batched_tokens 16: a 45-token prompt beside a 3-token one is prefilled over four steps (13, then 11
+    a step beside the other row's 1 + 4), and every output still equals plain greedy decoding."""
+    target, draft = random_model(seed=0), random_model(seed=1, layers=1, hidden=32, heads=2, kv_heads=1)
+    prompts = [[1, 2, 3], [(7 * i) % 64 for i in range(45)]]
+    engine = Engine(target, draft, gamma=4, max_num_batched_tokens=16)
+    outs = engine.run([Request(prompts[0], 20), Request(prompts[1], 20, arrival_s=1e-6)])
+    assert [o.tokens for o in outs] == minispec.generate(target, prompts, 20).tokens
+    s = engine.stats
+    assert max(s.tokens_per_step) == 16 and s.prefill_per_step[:5] == [2, 1, 1, 1, 0]
+    assert s.tokens_per_step[:4] == [3 + 13, 5 + 11, 5 + 11, 5 + 10]
+
+
+@pytest.mark.parametrize("name", ["model", "lookup"])
+def test_every_block_comes_back_after_a_run(name):
+    target, draft = random_model(seed=0), random_model(seed=1, layers=1, hidden=32, heads=2, kv_heads=1)
+    drafter = draft if name == "model" else minispec.PromptLookupDraft()
+    engine = Engine(target, drafter, gamma=3, block_size=4, num_blocks=20)
+    outs = engine.run([Request([i + 1] * (3 + i), 12, temperature=1.0, seed=i) for i in range(8)])
+    assert all(len(o.tokens) == 12 for o in outs) and engine.blocks.num_free == 20 and engine.stats.preemptions > 0
+
+
+def test_a_draft_model_catches_up_rows_of_different_lags():
+    """Rows whose drafts last read 2 and 5 tokens ago (a policy turned speculation off for one of them meanwhile)
+    catch up in one pass at one width: each row's draft logits are the draft's over its whole sequence."""
+
+    draft = random_model(seed=1, layers=1, hidden=32, heads=2, kv_heads=1)
+    keeper = PagedModelDraft(ModelDraft(draft), draft, num_blocks=8, block_size=4)
+    rows = [Sequence(3, 10, tokens=[5, 6, 7, 8, 9], num_tokens=5, block_table=[3, 1], lag=2),
+            Sequence(2, 10, tokens=[1, 2, 3, 4, 5, 6, 7], num_tokens=7, block_table=[0, 6], lag=5)]
+    state, tables = BatchState(rows, 5, "cpu"), torch.tensor([[3, 1, 8], [0, 6, 8]])
+    read = torch.tensor([5 - 2, 7 - 5])  # what each row's draft KV already holds
+    with torch.inference_mode():
+        cache = keeper.pool.view(tables, torch.zeros(2, dtype=torch.long))
+        draft(torch.tensor([[5, 6, 7, 0, 0], [1, 2, 0, 0, 0]]), cache)  # the rows' first tokens (and padding)
+        run = keeper.run(state, Sampler(SamplingParams(), [0, 0], 2), rows, tables)
+        run.cache.rollback(read)
+        logits, _ = run.catch_up(state)  # (B, V)
+        for b, s in enumerate(rows):
+            assert torch.allclose(logits[b], draft(torch.tensor([s.tokens]))[0, -1], atol=1e-5)
+        keeper.after(run, rows, speculative=False)
+    assert [s.lag for s in rows] == [3, 6]
