@@ -141,10 +141,13 @@ def run_lesson(path: Path, out: Path, seconds: float) -> dict:
     from nbclient import NotebookClient
     from nbclient.exceptions import CellTimeoutError
 
+    from minispec.course.site import kernel_manager_class
+
     nb = nbformat.read(path, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(COUNT_CELL))
     saved, end, t0 = out / path.name, time.monotonic() + seconds, time.perf_counter()
-    client = NotebookClient(nb, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}},
+    client = NotebookClient(nb, kernel_name="python3", kernel_manager_class=kernel_manager_class(),
+                            resources={"metadata": {"path": str(path.parent)}},
                             timeout_func=lambda cell: max(1, int(end - time.monotonic())),
                             on_cell_executed=lambda **_: nbformat.write(nb, saved))
     row = {"lesson": path.stem, "status": "ok"}

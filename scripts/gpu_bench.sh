@@ -19,7 +19,8 @@
 #                             lessons.txt (the same, as a table)
 # The lessons run in four lanes at once, to fit the budget: lane A holds 01 (the lesson that compiles) and 04 (the
 # batch sweep), lanes B and D the other GPU lessons (11 trees, 12 EAGLE heads among them), lane C those that run on
-# the CPU here (random weights send 05 to the CPU trio; 09 times its 3M-parameter pair on the CPU; 08 runs no model).
+# the CPU here (random weights send 05 and 13 to the CPU trio; 09 times its 3M-parameter pair on the CPU; 08 runs
+# no model).
 # Their GPU timings share the GPU with the other lanes' work, which the lessons' asserts allow for; the clean step
 # times are gpu_bench.py's, which runs alone.
 # A lesson the budget cannot reach is recorded as skipped; one cut short keeps its outputs so far.
@@ -66,7 +67,7 @@ if python3 -c "import nbclient, ipykernel" 2>/dev/null; then
   }
   lane a lessons/01_*.ipynb lessons/04_*.ipynb &
   lane b lessons/00_*.ipynb lessons/03_*.ipynb lessons/06_*.ipynb lessons/11_*.ipynb &
-  lane c lessons/08_*.ipynb lessons/05_*.ipynb lessons/09_*.ipynb &
+  lane c lessons/08_*.ipynb lessons/05_*.ipynb lessons/09_*.ipynb lessons/13_*.ipynb &
   lane d lessons/02_*.ipynb lessons/07_*.ipynb lessons/10_*.ipynb lessons/12_*.ipynb &
   wait
   cp "$out/lessons/lessons.jsonl" "$out/lessons.jsonl" 2>/dev/null

@@ -51,10 +51,12 @@ def plot_speedup_vs_batch(curves: dict[str, list[tuple[float, float]]], compute_
 
 
 def plot_serving(rows: list[dict], tpot_slo_s: float | None = None, title: str = ""):
-    """TPOT p50/p99 and goodput against arrival rate, one colour per setting (rows of ``serving.sweep``).
+    """TPOT p50/p99 and SLO-met tokens/s against arrival rate, one colour per setting (rows of ``serving.sweep``).
 
-    Left: TPOT in ms, p50 dashed, p99 solid, the TPOT SLO as a grey line. Right: goodput (solid; the
-    rows' own, for the SLOs they were summarised with) and throughput (dotted) in output tokens/s.
+    Left: TPOT in ms, p50 dashed, p99 solid, the TPOT SLO as a grey line. Right: the output tokens/s of the
+    requests that met the SLOs (solid; the rows' ``goodput``, for the SLOs they were summarised with) and all
+    output tokens/s (dotted). DistServe's goodput, a request rate, is the highest rate at which the share of
+    requests meeting the SLOs stays above a target.
     """
     from matplotlib.figure import Figure
 
@@ -65,12 +67,13 @@ def plot_serving(rows: list[dict], tpot_slo_s: float | None = None, title: str =
         rate = [r["rate"] for r in mine]
         (line,) = tpot.plot(rate, [1e3 * r["tpot_p99_s"] for r in mine], "o-", label=f"{setting}, p99")
         tpot.plot(rate, [1e3 * r["tpot_p50_s"] for r in mine], "--", color=line.get_color(), label=f"{setting}, p50")
-        good.plot(rate, [r["goodput"] for r in mine], "o-", color=line.get_color(), label=f"{setting}, goodput")
+        good.plot(rate, [r["goodput"] for r in mine], "o-", color=line.get_color(), label=f"{setting}, SLO-met")
         good.plot(rate, [r["throughput"] for r in mine], ":", color=line.get_color(), label=f"{setting}, throughput")
     if tpot_slo_s is not None:
         tpot.axhline(1e3 * tpot_slo_s, color="gray", linestyle="--", linewidth=1, label=f"SLO {1e3 * tpot_slo_s:g} ms")
     tpot.set(xlabel="arrival rate (requests/s)", ylabel="TPOT (ms)", title="time per output token")
-    good.set(xlabel="arrival rate (requests/s)", ylabel="output tokens/s", title="goodput (requests within the SLOs)")
+    good.set(xlabel="arrival rate (requests/s)", ylabel="output tokens/s",
+             title="tokens/s of requests within the SLOs (solid), of all (dotted)")
     for ax in (tpot, good):
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")

@@ -67,6 +67,33 @@ class LessonError(RuntimeError):
     """A lesson's cell raised, timed out or killed its kernel while the site was built."""
 
 
+def kernel_manager_class():
+    """A Jupyter kernel manager whose kernel talks to this process over Unix sockets instead of TCP.
+
+    The default, TCP on localhost without CurveZMQ keys, makes every kernel log "Kernel is running over TCP
+    without encryption" once. IPC needs no open port and the socket files sit in the user's runtime folder,
+    readable by the user alone, so the cause of the warning goes away rather than the warning. The sockets' path
+    must be absolute: the kernel runs in the lessons folder, this process wherever it was started.
+    """
+    import uuid
+
+    from jupyter_client.manager import AsyncKernelManager
+    from jupyter_core.paths import jupyter_runtime_dir
+    from traitlets import default
+
+    class IPCKernelManager(AsyncKernelManager):
+        @default("transport")
+        def _transport_default(self):
+            return "ipc"
+
+        @default("ip")
+        def _ip_default(self):  # socket files <runtime>/minispec-<id>-<port>, removed when the kernel stops
+            Path(jupyter_runtime_dir()).mkdir(mode=0o700, parents=True, exist_ok=True)
+            return str(Path(jupyter_runtime_dir()) / f"minispec-{uuid.uuid4().hex[:12]}")
+
+    return IPCKernelManager
+
+
 def build(out_dir="site", lessons_dir=None, timeout=300, execute=True) -> list[Path]:
     """Execute every lesson (unless ``execute`` is False) and write the site to ``out_dir``; return its pages.
 
@@ -159,6 +186,7 @@ def _execute(path: Path, timeout: float):
 
     nb, running = _read(path), {}
     client = NotebookClient(nb, timeout=timeout, kernel_name=KERNEL, store_widget_state=False,
+                            kernel_manager_class=kernel_manager_class(),
                             resources={"metadata": {"path": str(path.parent.resolve())}},
                             on_cell_start=lambda cell, cell_index: running.update(index=cell_index))
     try:

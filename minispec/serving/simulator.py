@@ -34,9 +34,11 @@ What it models:
 
 Per request: TTFT = first token - arrival; TPOT = (finish - first token) / (tokens - 1). Per
 run: their p50 and p99, throughput (output tokens/s from the first arrival to the last finish,
-as vLLM's serving benchmark counts it, so the ramp-up and the drain are in it), goodput (the
-same, counting only requests that meet both a TTFT and a TPOT SLO, DistServe's definition, so a
-growing queue shows) and the mean running batch (time-weighted over decode steps).
+as vLLM's serving benchmark counts it, so the ramp-up and the drain are in it), ``goodput`` (the
+same, counting only requests that meet both a TTFT and a TPOT SLO, so a growing queue shows: SLO-met
+tokens/s; DistServe's goodput, arXiv 2401.09670, is instead the highest request rate at which a target
+share, e.g. 90 %, of requests meets both, read from ``meets`` over a sweep of rates) and the mean running
+batch (time-weighted over decode steps).
 
 What it leaves out: prefill and decode fused into one pass, swapping and prefix caching, the
 prefill's attention FLOPs, the draft catching up on tokens decoded while a policy had it off,
@@ -123,7 +125,8 @@ class Run:
         return [not r.tpot_s > tpot_slo_s and not r.ttft_s > ttft_slo_s for r in self.requests]
 
     def goodput(self, tpot_slo_s: float, ttft_slo_s: float = math.inf) -> float:
-        """Output tokens/s of the requests that met both a TTFT and a TPOT SLO (DistServe, arXiv 2401.09670)."""
+        """Output tokens/s of the requests that met both a TTFT and a TPOT SLO (SLO-met tokens/s; DistServe's goodput
+        is a request rate, the highest at which a target share of requests meets both: see the module docstring)."""
         met = self.meets(tpot_slo_s, ttft_slo_s)
         return sum(r.output_tokens for r, m in zip(self.requests, met) if m) / self.span_s
 

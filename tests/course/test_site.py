@@ -5,6 +5,7 @@ site built in DIR (CI builds it once with ``python -m minispec.course.site --out
 lessons). Chromium is Debian's package (/usr/bin/chromium); without it these tests skip, except under CI.
 """
 
+import html
 import json
 import os
 import re
@@ -215,16 +216,56 @@ def test_bad_input_is_refused_before_any_work(tmp_path):
         build(tmp_path / "file", tmp_path)
 
 
+# A code cell that draws: it must leave at least one figure on its lesson's page.
+DRAWS = re.compile(r"^[^#\n]*(?:plt\.show\(\)|\bplot_\w+\(|\bplots\.\w+\()", re.M)
+
+
+def drawing_cells(notebook: Path) -> int:
+    cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+    return sum(c["cell_type"] == "code" and bool(DRAWS.search("".join(c["source"]))) for c in cells)
+
+
+def unresolved_links(site: Path, lessons: Path) -> list[str]:
+    """Links the build turned into plain text: each must name a file that exists beside the lessons (the README,
+    a source file), and none may name a lesson, a solution or the drill, which the site must carry."""
+    out = []
+    for page in sorted(site.rglob("*.html")):
+        for target in re.findall(r'class="unbuilt" title="([^"]*): not part of this site"', page.read_text("utf-8")):
+            target = html.unescape(target)
+            course_page = re.match(r"(solutions/)?\d\d_\w+\.(ipynb|py)$|interview_drill\.md$", target)
+            if course_page or not (lessons / target).exists():
+                out.append(f"{page.relative_to(site)}: link to {target}, which does not resolve")
+    return out
+
+
+def test_the_checks_of_the_real_site_catch_a_lost_figure_and_a_dead_link(small_site, tmp_path):
+    """drawing_cells counts the cells that must leave a figure; unresolved_links flags a link the build could not
+    point at a page, unless it names a file beside the lessons."""
+    _, site, src = small_site
+    assert [drawing_cells(nb) for nb in sorted(src.glob("*.ipynb"))] == [1, 1]
+    assert unresolved_links(site, src) == ["00_first.html: link to 07_not_written.ipynb, which does not resolve"]
+    (src / "07_not_written.ipynb").write_text("{}")  # a lesson file the build never rendered: still a dead link
+    assert len(unresolved_links(site, src)) == 1
+    (src / "07_not_written.ipynb").unlink()
+
+
 @pytest.mark.skipif(not os.environ.get("MINISPEC_SITE"), reason="MINISPEC_SITE is not set (CI builds the real site)")
 def test_the_real_site(tmp_path):
+    """Every lesson's page with every figure its cells draw, every relative link resolved, every drill answer folded
+    out of sight, and screenshots of the index, a lesson and the drill that show something."""
     site = Path(os.environ["MINISPEC_SITE"]).resolve()
     lessons = sorted(p.stem for p in LESSONS.glob("[0-9][0-9]_*.ipynb"))
     pages = sorted(site.rglob("*.html"))
     assert {p.stem for p in site.glob("[0-9][0-9]_*.html")} == set(lessons), "one page per lesson"
     assert (site / "index.html").is_file() and (site / "interview_drill.html").is_file()
-    assert static_problems(site) == []
+    assert static_problems(site) == [] and unresolved_links(site, LESSONS) == []
     seen = {page.relative_to(site).as_posix(): probe(page, tmp_path) for page in pages}
     assert [p for name, found in seen.items() for p in judge(name, found)] == []
-    assert sum(int(seen[f"{stem}.html"]["images"]) for stem in lessons) >= len(lessons), "the lessons plot"
-    assert int(seen["interview_drill.html"]["folded"]) >= 25
-    assert nonblank(screenshot(site / f"{lessons[min(4, len(lessons) - 1)]}.html", tmp_path))
+    lost = {stem: (int(seen[f"{stem}.html"]["images-loaded"]), drawing_cells(LESSONS / f"{stem}.ipynb"))
+            for stem in lessons}
+    assert {stem: n for stem, n in lost.items() if n[0] < n[1]} == {}, "(figures on the page, cells that draw)"
+    drill = (LESSONS / "interview_drill.md").read_text(encoding="utf-8")
+    questions = len(re.findall(r"^#{2,4} +\d+\.", drill, re.M))
+    assert int(seen["interview_drill.html"]["folded"]) == drill.count("<details>") == questions > 25
+    for page in ("index.html", f"{lessons[min(4, len(lessons) - 1)]}.html", "interview_drill.html"):
+        assert nonblank(screenshot(site / page, tmp_path)), page
