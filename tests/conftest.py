@@ -9,6 +9,10 @@ from minispec.model.llama import Model
 from minispec.roofline.policy import FixedPolicy
 from minispec.speculative.loop import speculative_generate
 
+if os.environ.get("MINISPEC_EXPECT_PACKAGE"):  # scripts/hand_mutants.py: the tests must import its changed copy
+    import minispec
+
+    assert os.path.dirname(minispec.__file__) == os.environ["MINISPEC_EXPECT_PACKAGE"], minispec.__file__
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # tests never touch the network
 if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n 2: one thread per worker, not two workers fighting for 2 cores
     torch.set_num_threads(1)
