@@ -1,0 +1,93 @@
+"""The mutation score per module from a mutmut run, and every surviving mutant with its change.
+
+    bash scripts/mutation.sh                  # runs mutmut over the decoding core (hours on 2 cores), then this
+    python scripts/mutation_report.py         # the table, from mutants/ as the last run left it
+    python scripts/mutation_report.py --survivors   # and each survivor's diff, marked where it is listed as
+                                                    # equivalent in scripts/mutation_equivalent.txt
+
+Score = killed / (killed + survived), a mutant killed when a test fails (a timeout counts as killed: the mutant
+made a test hang). "no tests" mutants are in code no selected test runs; they are counted apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+KILLED, SURVIVED, NO_TESTS, TIMEOUT = {1, 3}, {0}, {5, 33}, {24, -24, 36, 152, 255}
+
+
+def equivalent() -> dict[str, str]:
+    """Mutant name -> why it cannot change behaviour (scripts/mutation_equivalent.txt: 'name  # reason')."""
+    path = ROOT / "scripts" / "mutation_equivalent.txt"
+    out = {}
+    for line in path.read_text().splitlines() if path.exists() else []:
+        if line.strip() and not line.startswith("#"):
+            name, _, why = line.partition("#")
+            out[name.strip()] = why.strip()
+    return out
+
+
+def results(mutants: Path) -> dict[str, dict[str, int | None]]:
+    """Module path -> {mutant name: exit code (None: not run)}."""
+    out = {}
+    for meta in sorted(mutants.rglob("*.py.meta")):
+        module = str(meta.relative_to(mutants)).removesuffix(".meta")
+        out[module] = json.loads(meta.read_text())["exit_code_by_key"]
+    return out
+
+
+def classify(code: int | None) -> str:
+    if code is None:
+        return "not run"
+    for name, codes in (("killed", KILLED), ("survived", SURVIVED), ("no tests", NO_TESTS), ("timeout", TIMEOUT)):
+        if code in codes:
+            return name
+    return "other"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mutants", type=Path, default=ROOT / "mutants", help="mutmut's folder (default: ./mutants)")
+    ap.add_argument("--survivors", action="store_true", help="print each survivor's diff")
+    args = ap.parse_args()
+    if not args.mutants.is_dir():
+        sys.exit(f"{args.mutants} does not exist: run scripts/mutation.sh first")
+    eq, table, survivors = equivalent(), results(args.mutants), []
+    print("| module | mutants | killed | survived | of which equivalent | no tests | score | score, equivalent left out |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    total = Counter()
+    for module, codes in table.items():
+        c = Counter(classify(v) for v in codes.values())
+        c["killed"] += c.pop("timeout", 0)
+        lived = [k for k, v in codes.items() if classify(v) == "survived"]
+        c["equivalent"] = sum(k in eq for k in lived)
+        survivors += [(module, k) for k in lived]
+        total += c | Counter(mutants=len(codes))
+        print(row(module, c, len(codes)))
+    print(row("**all**", total, total["mutants"]))
+    if total["not run"]:
+        print(f"\n{total['not run']} mutants were not run (an interrupted run): the score counts the others.")
+    if args.survivors:
+        for module, name in survivors:
+            diff = subprocess.run(["mutmut", "show", name], cwd=args.mutants.parent, capture_output=True,
+                                  text=True).stdout
+            change = [line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+            tag = f"EQUIVALENT ({eq[name]})" if name in eq else "SURVIVED"
+            print(f"\n{tag}: {name}\n" + "\n".join(change))
+
+
+def row(name: str, c: Counter, n: int) -> str:
+    killed, lived, eq = c["killed"], c["survived"], c["equivalent"]
+    score = f"{killed / (killed + lived):.1%}" if killed + lived else ""
+    strict = f"{killed / (killed + lived - eq):.1%}" if killed + lived - eq else ""
+    return f"| {name} | {n} | {killed} | {lived} | {eq} | {c['no tests']} | {score} | {strict} |"
+
+
+if __name__ == "__main__":
+    main()
