@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -74,9 +74,11 @@ def main() -> None:
     if total["not run"]:
         print(f"\n{total['not run']} mutants were not run (an interrupted run): the score counts the others.")
     if args.survivors:
+        os.chdir(args.mutants.parent)  # mutmut reads its configuration from the project's pyproject.toml
+        from mutmut.__main__ import get_diff_for_mutant
+
         for module, name in survivors:
-            diff = subprocess.run(["mutmut", "show", name], cwd=args.mutants.parent, capture_output=True,
-                                  text=True).stdout
+            diff = get_diff_for_mutant(name, path=Path(module))
             change = [line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
             tag = f"EQUIVALENT ({eq[name]})" if name in eq else "SURVIVED"
             print(f"\n{tag}: {name}\n" + "\n".join(change))
