@@ -409,6 +409,8 @@ def test_layer_skip_with_fewer_layers_is_exact_and_cheaper(pair):
 @pytest.mark.parametrize("make, message", [
     (lambda t: minispec.LayerSkipDraft(t, 0), "num_layers must be an integer from 1 to the target's 2 layers"),
     (lambda t: minispec.LayerSkipDraft(t, 3), "num_layers must be an integer from 1 to the target's 2 layers"),
+    (lambda t: minispec.LayerSkipDraft(t, 1.0), "num_layers must be an integer .* got 1.0"),
+    (lambda t: minispec.LayerSkipDraft(t, True), "num_layers must be an integer .* got True"),
     (lambda t: minispec.PromptLookupDraft(min_ngram=0), "min_ngram must be an integer >= 1"),
     (lambda t: minispec.PromptLookupDraft(max_ngram=2, min_ngram=3), "min_ngram \\(3\\) must be at most max_ngram"),
 ])
