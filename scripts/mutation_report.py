@@ -59,7 +59,8 @@ def main() -> None:
     if not args.mutants.is_dir():
         sys.exit(f"{args.mutants} does not exist: run scripts/mutation.sh first")
     eq, table, survivors = equivalent(), results(args.mutants), []
-    print("| module | mutants | killed | survived | of which equivalent | no tests | score | score, equivalent left out |")
+    print("| module | mutants | killed | survived | of which equivalent | no tests | score "
+          "| score, equivalent left out |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     total = Counter()
     for module, codes in table.items():
