@@ -61,12 +61,14 @@ class SamplingParams:
     top_p: float | None = None  # keep the smallest set of most likely tokens with mass >= top_p
 
     def __post_init__(self):
-        if not isinstance(self.temperature, (int, float)) or not self.temperature >= 0:
+        if isinstance(self.temperature, bool) or not isinstance(self.temperature, (int, float)) or \
+                not self.temperature >= 0:
             raise ValueError(f"temperature must be a number >= 0, got {self.temperature!r}")
         if 0 < self.temperature < MIN_TEMPERATURE:
             raise ValueError(f"temperature {self.temperature!r} is below {MIN_TEMPERATURE:.3g}: 1 / temperature "
                              "overflows float32; use temperature=0 for greedy decoding, its limit")
-        if self.top_k is not None and (not isinstance(self.top_k, int) or self.top_k < 1):
+        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or
+                                       self.top_k < 1):
             raise ValueError(f"top_k must be an integer >= 1 or None, got {self.top_k!r}")
         if self.top_p is not None and not (0 < self.top_p <= 1):
             raise ValueError(f"top_p must be in (0, 1] or None, got {self.top_p!r}")
