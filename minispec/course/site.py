@@ -163,7 +163,8 @@ def _check_tools(execute: bool):
         import nbconvert  # noqa: F401
         import pygments  # noqa: F401
     except ImportError as e:
-        raise ImportError(f"building the course site needs {e.name}: pip install -e '.[lessons]'") from None
+        raise ImportError(f"building the course site needs {e.name}: pip install 'minispec-decoding[lessons]' "
+                          "(in a checkout: pip install -e '.[lessons]')") from None
     if execute:
         from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 
