@@ -27,6 +27,31 @@ def test_a_tree_over_the_cap_is_refused_with_its_node_count(pair, kw, nodes):
         check_tree(**kw)
 
 
+def test_the_refusal_names_the_tree():
+    with pytest.raises(ValueError, match=r"^branching=\(64, 64, 64\) makes a tree of 266,304 nodes"):
+        static_tree(branching=(64, 64, 64))
+    with pytest.raises(ValueError, match=rf"^{MAX_NODES + 1} paths makes a tree of 1,025 nodes"):
+        static_tree(paths=[(i,) for i in range(MAX_NODES + 1)])
+
+
+def test_a_node_may_have_as_many_children_as_the_vocabulary_has_tokens(pair):
+    target, draft = pair
+    V = target.config.vocab_size
+    out = minispec.speculative_generate(target, TreeDraft(draft, branching=(V,)), PROMPTS[:1], max_new_tokens=4)
+    assert out.stats.tree_nodes == V
+    with pytest.raises(ValueError, match=f"up to {V + 1} children, more than the target's {V}-token vocabulary"):
+        minispec.speculative_generate(target, TreeDraft(draft, paths=[(i,) for i in range(V + 1)]), PROMPTS[:1],
+                                      max_new_tokens=4)
+
+
+def test_a_tree_says_what_it_is(pair):
+    draft = pair[1]
+    assert repr(TreeDraft(draft, branching=(2, 1))) == f"TreeDraft({minispec.ModelDraft(draft)!r}, branching=(2, 1), " \
+        "4 nodes)"
+    assert repr(TreeDraft(draft, paths=[(0,), (1,)])) == f"TreeDraft({minispec.ModelDraft(draft)!r}, " \
+        "paths=[(0,), (1,)], 2 nodes)"
+
+
 def test_a_tree_at_the_cap_is_built():
     assert len(static_tree(branching=(4, 4, 4, 4))) == tree_nodes((4, 4, 4, 4)) == 340
     assert len(static_tree(branching=(MAX_NODES,))) == MAX_NODES

@@ -413,8 +413,12 @@ def test_layer_skip_with_fewer_layers_is_exact_and_cheaper(pair):
     (lambda t: minispec.LayerSkipDraft(t, True), "num_layers must be an integer .* got True"),
     (lambda t: minispec.PromptLookupDraft(min_ngram=0), "min_ngram must be an integer >= 1"),
     (lambda t: minispec.PromptLookupDraft(max_ngram=2, min_ngram=3), "min_ngram \\(3\\) must be at most max_ngram"),
+    (lambda t: minispec.PromptLookupDraft(max_ngram=2.0), "max_ngram must be an integer >= 1, got 2.0"),
+    (lambda t: minispec.PromptLookupDraft(max_ngram=True), "max_ngram must be an integer >= 1, got True"),
 ])
 def test_bad_drafts_are_named(pair, make, message):
+    assert repr(minispec.PromptLookupDraft()) == "PromptLookupDraft(max_ngram=3, min_ngram=1)"  # the defaults
+    assert minispec.PromptLookupDraft(2, 2).max_ngram == 2  # one n-gram size
     with pytest.raises(ValueError, match=message):
         make(pair[0])
 
