@@ -241,3 +241,27 @@ def test_a_greedy_dynamic_tree_of_the_target_accepts_its_whole_depth(code):
     out = minispec.speculative_generate(target, TreeDraft(target, budget=16, depth=4, topk=4), PROMPTS,
                                         max_new_tokens=40)
     assert out.stats.acceptance_rate == 1.0 and out.stats.num_drafts > 10
+
+
+@pytest.mark.parametrize("lengths", [(2, 1), (80, 3)], ids=["two-token prompts", "past the hidden size"])
+def test_an_eagle_heads_proposals_from_scratch_at_the_edges_of_a_batch(lengths):
+    """The longest prompt of two tokens (one pair to read before the first step), and positions past the feature
+    width (64 here): each proposal of a chain and a tree still equals the head's from-scratch computation."""
+    from conftest import random_model
+    from minispec.drafts.eagle import EagleConfig, EagleModel
+
+    target = random_model(seed=0, logit_scale=4.0)
+    torch.manual_seed(2)
+    model = EagleModel(EagleConfig.for_target(target.config)).requires_grad_(False)
+    prompts = [[(7 * i + b) % 64 for i in range(n)] for b, n in enumerate(lengths)]
+    for make in (lambda d: d, lambda d: TreeDraft(d, branching=(2, 2))):
+        draft = EagleDraft(target, model)
+        shaped = make(draft)
+        calls = record(shaped)
+        minispec.speculative_generate(target, shaped, prompts, gamma=Scripted([2, 0, 2]), max_new_tokens=12,
+                                      temperature=1.0, seed=[3, 4])
+        with torch.inference_mode():
+            assert check_proposals(calls, eagle_from_scratch(target, draft), SamplingParams(1.0)) > 8
+    with pytest.raises(ValueError, match="exceeds the draft's maximum length of 256 positions"):
+        EagleDraft(target, model).check(target, 257)
+    EagleDraft(target, model).check(target, 256)  # exactly the maximum: fine
