@@ -1,9 +1,9 @@
 """The mutation score per module from a mutmut run, and every surviving mutant with its change.
 
-    bash scripts/mutation.sh                  # runs mutmut over the decoding core (hours on 2 cores), then this
-    python scripts/mutation_report.py         # the table, from mutants/ as the last run left it
-    python scripts/mutation_report.py --survivors   # and each survivor's diff, marked where it is listed as
-                                                    # equivalent in scripts/mutation_equivalent.txt
+    python scripts/mutation.py run --max-children 2   # mutmut over the decoding core (hours on 2 cores), then
+    python scripts/mutation_report.py                 # the table, from mutants/ as the last run left it
+    python scripts/mutation_report.py --survivors     # and each survivor's diff, marked where it is listed as
+                                                      # equivalent in scripts/mutation_equivalent.txt
 
 Score = killed / (killed + survived), a mutant killed when a test fails (a timeout counts as killed: the mutant
 made a test hang). "no tests" mutants are in code no selected test runs; they are counted apart.
@@ -57,7 +57,7 @@ def main() -> None:
     ap.add_argument("--survivors", action="store_true", help="print each survivor's diff")
     args = ap.parse_args()
     if not args.mutants.is_dir():
-        sys.exit(f"{args.mutants} does not exist: run scripts/mutation.sh first")
+        sys.exit(f"{args.mutants} does not exist: run python scripts/mutation.py run first")
     eq, table, survivors = equivalent(), results(args.mutants), []
     print("| module | mutants | killed | survived | of which equivalent | no tests | score "
           "| score, equivalent left out |")

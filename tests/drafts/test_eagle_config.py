@@ -1,6 +1,6 @@
 """An EAGLE head's configuration, weights, files and cost-model shape: the contract around the drafting code.
 
-Written from mutation testing (scripts/mutation.sh): each test here fails on a change to drafts/eagle.py that every
+Written from mutation testing (scripts/mutation.py): each test here fails on a change to drafts/eagle.py that every
 other test let through, such as a hot vocabulary of 1 refused, a head built with biases, ids saved in bf16, a
 head directory named relatively not found, or the cost model handed the full vocabulary's shape for a hot head.
 """
