@@ -52,7 +52,7 @@ class _LookupRun(DraftRun):
         for n in range(self.max_ngram, self.min_ngram - 1, -1):
             i = torch.arange(S - n + 1, device=seq.device)  # (S-n+1,) window starts
             match = (seq.unfold(1, n, 1) == state.last(n)[:, None, :]).all(-1)  # (B, S-n+1) window i == last n
-            match &= (i + n < total[:, None]) & (total[:, None] > n)  # an earlier occurrence, with a next token
+            match &= i + n < total[:, None]  # an earlier occurrence (i >= 0, so total > n), with a next token
             latest = torch.where(match, i + n, -1).amax(1)  # (B,) the most recent one's continuation
             start = torch.where(start < 0, latest, start)
         k = torch.where(start < 0, 0, (total - start).clamp(0, gamma))  # (B,) tokens proposed

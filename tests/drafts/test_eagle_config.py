@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 import torch
+from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from conftest import random_model, tiny_config
@@ -127,6 +128,8 @@ def test_saved_files_round_trip_into_new_nested_folders_and_again(tmp_path, monk
     assert json.loads((out / "config.json").read_text())["hot_vocab"] == 8
     state = load_file(out / "model.safetensors")
     assert state["ranking"].dtype == torch.int32 and state["fc.weight"].dtype == torch.bfloat16
+    with safe_open(out / "model.safetensors", "pt") as f:  # as save_pretrained writes it; older transformers
+        assert f.metadata() == {"format": "pt"}  # refuse a file without it
     monkeypatch.chdir(tmp_path)
     again = EagleDraft.from_pretrained("a/b", target)  # a relative folder
     assert torch.equal(again.model.ranking, ranking) and torch.equal(again.hot, ranking[:8].sort().values)

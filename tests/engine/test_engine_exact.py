@@ -9,6 +9,7 @@ from conftest import random_model
 from minispec.course.grader import tv_bound
 from minispec.decoding.sampling import SamplingParams, probabilities
 from minispec.engine import Engine, Request
+from minispec.engine import engine as engine_module
 from minispec.model.load import sample_text
 from minispec.roofline.policy import BatchTablePolicy
 
@@ -36,6 +37,19 @@ def staggered(prompts, max_new=32, **kw):
     return [Request(p, max_new, arrival_s=0.025 * i, **kw) for i, p in enumerate(prompts)]
 
 
+@pytest.fixture
+def step_clock(monkeypatch):
+    """The engine's clock read as 5 ms more at each reading (twice a step) instead of the wall clock: which step a
+    staggered request joins in is then the same on a fast machine and on a loaded one (under load, 25 ms of wall
+    clock can pass in the first step, and every request joins at once)."""
+
+    def now(self):
+        self.readings = getattr(self, "readings", 0) + 1
+        return 0.005 * self.readings + self.skipped
+
+    monkeypatch.setattr(engine_module._Clock, "now", now)
+
+
 def joined_mid_flight(stats) -> bool:
     """Some request was prefilled in a step after another had started decoding, and the batch changed size."""
     first_decode = next(i for i, b in enumerate(stats.batch_per_step) if b)
@@ -50,7 +64,7 @@ def greedy(embedded):
 
 
 @pytest.mark.parametrize("name", DRAFTS + ["tree"])
-def test_greedy_equals_plain_greedy_per_request_under_staggered_arrivals(embedded, greedy, name):
+def test_greedy_equals_plain_greedy_per_request_under_staggered_arrivals(embedded, greedy, name, step_clock):
     target, _, _, prompts = embedded
     draft = pick(embedded, name)
     engine = Engine(target, draft, gamma=4)

@@ -1,11 +1,12 @@
 """The paged cache's contract where the engine's tests do not reach it (written from mutation testing): slots past a
-row's blocks, however far, land in the scratch block; the pool keeps the model's dtype."""
+row's blocks, however far, land in the scratch block; the pool keeps the model's dtype; paged rows of vectors have
+the shape of the tensor they stand in for."""
 
 import torch
 
 from conftest import random_model
 from minispec.engine import Engine, Request
-from minispec.engine.paged import PagedPool
+from minispec.engine.paged import PagedPool, PagedRows
 
 
 def test_slots_past_a_rows_blocks_go_to_the_scratch_block_however_far():
@@ -24,3 +25,10 @@ def test_the_engine_serves_a_bf16_pair():
     target, draft = random_model(seed=0).to(torch.bfloat16), random_model(seed=1, layers=1).to(torch.bfloat16)
     outs = Engine(target, draft, gamma=3, block_size=4).run([Request([1, 2, 3], 12), Request([4, 5], 9)])
     assert [len(o.tokens) for o in outs] == [12, 9] and all(o.finish_reason == "length" for o in outs)
+
+
+def test_paged_rows_have_the_shape_of_the_tensor_they_stand_in_for():
+    pool = PagedPool(1, 4, 2, 1, 8)
+    view = pool.view(torch.tensor([[3, 0], [1, 4]]), torch.zeros(2, dtype=torch.long))
+    vectors = torch.zeros(10, 7)  # (P, F): a vector per physical slot
+    assert PagedRows(vectors, view, S=6).shape == (2, 6, 7)  # (B, S, F)
