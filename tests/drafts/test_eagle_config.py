@@ -76,6 +76,14 @@ def test_a_new_head_has_no_biases_small_random_matrices_and_unit_norms(target):
     assert "inv_freq" not in model.state_dict()  # recomputed, never saved
 
 
+def test_a_head_for_a_target_with_biases_starts_them_at_zero():
+    """A Qwen2-style target (q/k/v, output and MLP biases): the head's layer copies its shape, biases at zero."""
+    target = random_model(seed=0, qkv_bias=True, o_bias=True, mlp_bias=True)
+    biases = {n: p for n, p in head(target).named_parameters() if n.endswith("bias")}
+    assert sorted(biases) == ["layer.w13.bias", "layer.w2.bias", "layer.wo.bias", "layer.wqkv.bias"]
+    assert all(torch.equal(b, torch.zeros_like(b)) for b in biases.values())
+
+
 def test_the_draft_needs_a_model_and_a_head(target):
     with pytest.raises(ValueError, match="EagleDraft needs a minispec Model and an EagleModel, got Model and str"):
         EagleDraft(target, "head")
