@@ -22,23 +22,28 @@ ROOT = Path(__file__).resolve().parents[1]
 KILLED, SURVIVED, NO_TESTS, TIMEOUT = {1, 3}, {0}, {5, 33}, {24, -24, 36, 152, 255}
 
 
-def equivalent() -> dict[str, str]:
-    """Mutant name -> why it cannot change behaviour (scripts/mutation_equivalent.txt: 'name  # reason')."""
+def equivalent() -> dict[str, tuple[str, str]]:
+    """Mutant name -> (the hash mutmut gave its function, why it cannot change behaviour), from
+    scripts/mutation_equivalent.txt ('name  @hash  # reason'). An edit of a function renumbers its mutants, so an
+    entry counts only while the function's hash is the one it was read with."""
     path = ROOT / "scripts" / "mutation_equivalent.txt"
     out = {}
     for line in path.read_text().splitlines() if path.exists() else []:
         if line.strip() and not line.startswith("#"):
-            name, _, why = line.partition("#")
-            out[name.strip()] = why.strip()
+            head, _, why = line.partition("#")
+            name, digest = head.split()
+            out[name] = (digest.removeprefix("@"), why.strip())
     return out
 
 
-def results(mutants: Path) -> dict[str, dict[str, int | None]]:
-    """Module path -> {mutant name: exit code (None: not run)}."""
+def results(mutants: Path) -> dict[str, tuple[dict[str, int | None], dict[str, str]]]:
+    """Module path -> ({mutant name: exit code (None: not run)}, {mutant name: its function's hash})."""
     out = {}
     for meta in sorted(mutants.rglob("*.py.meta")):
         module = str(meta.relative_to(mutants)).removesuffix(".meta")
-        out[module] = json.loads(meta.read_text())["exit_code_by_key"]
+        data = json.loads(meta.read_text())
+        codes, hashes = data["exit_code_by_key"], data["hash_by_function_name"]
+        out[module] = codes, {k: hashes.get(k.rpartition(".")[2].rpartition("__mutmut_")[0]) for k in codes}
     return out
 
 
@@ -58,16 +63,17 @@ def main() -> None:
     args = ap.parse_args()
     if not args.mutants.is_dir():
         sys.exit(f"{args.mutants} does not exist: run python scripts/mutation.py run first")
-    eq, table, survivors = equivalent(), results(args.mutants), []
+    eq, table, survivors, current = equivalent(), results(args.mutants), [], set()
     print("| module | mutants | killed | survived | of which equivalent | no tests | score "
           "| score, equivalent left out |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     total = Counter()
-    for module, codes in table.items():
+    for module, (codes, hashes) in table.items():
         c = Counter(classify(v) for v in codes.values())
         c["killed"] += c.pop("timeout", 0)
         lived = [k for k, v in codes.items() if classify(v) == "survived"]
-        c["equivalent"] = sum(k in eq for k in lived)
+        current |= {k for k in lived if k in eq and eq[k][0] == hashes[k]}  # listed for the function as it is
+        c["equivalent"] = sum(k in current for k in lived)
         survivors += [(module, k) for k in lived]
         total += c | Counter(mutants=len(codes))
         print(row(module, c, len(codes)))
@@ -81,7 +87,8 @@ def main() -> None:
         for module, name in survivors:
             diff = get_diff_for_mutant(name, path=Path(module))
             change = [line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
-            tag = f"EQUIVALENT ({eq[name]})" if name in eq else "SURVIVED"
+            tag = (f"EQUIVALENT ({eq[name][1]})" if name in current else "SURVIVED (listed as equivalent for an "
+                   "earlier version of its function: read it again)" if name in eq else "SURVIVED")
             print(f"\n{tag}: {name}\n" + "\n".join(change))
 
 
