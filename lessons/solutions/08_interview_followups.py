@@ -33,7 +33,12 @@ def exercise_1():
     fits = {hw.name: roofline.max_batch(hw, L70, 4096) for hw in (hardware.H100_SXM, hardware.H200)}
     print(f"  rows that fit at 4096 tokens: {fits}: its 141 GB of BF16 weights alone exceed one GPU's usable memory")
     assert set(fits.values()) == {0} and L70.weight_bytes > 0.9 * hardware.H200.memory_bytes
-    print("  It needs tensor parallelism across GPUs, which adds communication this roofline does not model.")
+    print("  In BF16 it needs tensor parallelism across GPUs, which adds communication this roofline does not model.")
+    w8 = roofline.quantized(L70, 8)  # FP8 weights: 70.6 GB
+    fp8 = {hw.name: roofline.max_batch(hw, w8, 4096) for hw in (hardware.H100_SXM, hardware.H200)}
+    print(f"  in FP8 ({w8.weight_bytes / 1e9:.1f} GB of weights) rows that fit at 4096 tokens: {fp8}")
+    assert fp8 == {"H100 SXM": 1, "H200": 41}  # BF16 KV: one row on an H100, 41 on an H200
+    print("  An H100 holds the FP8 weights with room for one 4k-token row: a single H200 is the smallest real home.")
 
 
 def exercise_2():
@@ -70,19 +75,22 @@ def fine_grained() -> ModelShape:
 
 def exercise_3():
     """A fine-grained MoE: verification touches even more experts per token, so batch 1 gains nothing."""
-    print("Exercise 3: 64 experts, 4 per token, against Mixtral's 8 experts, 2 per token")
-    M, F = roofline.MIXTRAL_8X7B, fine_grained()
+    print("Exercise 3: 64 experts, 4 per token, against Mixtral's 8 experts, 2 per token, on an H200 (as in the")
+    print("  lesson: 93 GB of BF16 weights do not fit an H100's 80 GB)")
+    M, F, H200 = roofline.MIXTRAL_8X7B, fine_grained(), hardware.H200
+    assert roofline.max_batch(hardware.H100_SXM, F, 0) == 0 < roofline.max_batch(H200, F, 4096)
     assert F.params == M.params and F.weight_bytes == M.weight_bytes
     reached = {}
     for shape in (M, F):
         moe = shape.moe
         read = shape.weight_bytes_read(5) / shape.weight_bytes_read(1)  # verify step's weight bytes / plain step's
-        s1 = roofline.speculative_speedup(1, model=shape)
-        reached[shape.name] = next(B for B in range(1, 1000) if roofline.speculative_speedup(B, model=shape) >= 2.5)
+        s1 = roofline.speculative_speedup(1, model=shape, hardware=H200)
+        reached[shape.name] = next(B for B in range(1, 1000)
+                                   if roofline.speculative_speedup(B, model=shape, hardware=H200) >= 2.5)
         print(f"  {shape.name}: {shape.active_params / 1e9:.1f}B active; experts touched per layer "
               f"{moe.experts_touched(1):.1f} by one token, {moe.experts_touched(5):.1f} by five (of {moe.experts}); "
               f"verify reads {read:.2f}x the bytes; at batch 1 {s1:.3f}x; 2.5x from batch {reached[shape.name]}")
-    s_m, s_f = roofline.speculative_speedup(1, model=M), roofline.speculative_speedup(1, model=F)
+    s_m, s_f = (roofline.speculative_speedup(1, model=shape, hardware=H200) for shape in (M, F))
     assert round(s_m, 2) == 1.12 and s_f < 1 < s_m  # the fine-grained MoE is slower with speculation at batch 1
     assert F.weight_bytes_read(5) / F.weight_bytes_read(1) > M.weight_bytes_read(5) / M.weight_bytes_read(1)
     assert reached[F.name] > 2 * reached[M.name]
