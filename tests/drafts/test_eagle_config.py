@@ -162,13 +162,48 @@ def test_a_head_folder_missing_a_file_or_with_other_weights_is_named(target, tmp
         EagleDraft.from_pretrained(tmp_path / "h", target)
 
 
+def float32_greedy_that_bf16_must_match(t16, prompts, n):
+    """The bf16 target's weights in float32 and their plain greedy tokens, after checking that at every generated
+    position float32's top-1 margin exceeds 4x the largest bf16 error of any logit there (a bf16 forward of the
+    whole sequence against the float32 one): bf16 rounding of that size, twice over, cannot change the argmax, so
+    bf16 greedy decoding must give these tokens, deterministically."""
+    import copy
+
+    import minispec
+
+    t32 = copy.deepcopy(t16).float()
+    ref = minispec.generate(t32, prompts, n).tokens
+    with torch.inference_mode():
+        for p, r in zip(prompts, ref):
+            seq = torch.tensor([p + r])  # (1, P + n)
+            l32, l16 = t32(seq)[0, len(p) - 1: -1], t16(seq)[0, len(p) - 1: -1].float()  # (n, V) each
+            top = l32.topk(2, -1).values  # (n, 2)
+            assert ((top[:, 0] - top[:, 1]) > 4 * (l16 - l32).abs().amax(-1)).all(), "pick prompts with margin"
+    return t32, ref
+
+
 def test_a_head_drafts_for_a_bf16_target():
-    """Its cache and weights follow the target's dtype: a bf16 target decodes with it, in chains and trees."""
+    """Its cache and weights follow the target's dtype, and the tokens are right: the embedded target in bf16 with
+    the shipped head and with a random two-layer-feature head (the reduce path), in chains and trees, gives the
+    float32 greedy tokens of the same weights (on prompts where bf16 cannot change them, checked), and the shipped
+    head accepts as many tokens in bf16 as in float32, within 10 %."""
     import minispec
     from minispec.drafts.tree import TreeDraft
+    from minispec.model.load import sample_text
 
-    target = random_model(seed=0).to(torch.bfloat16)
-    draft = EagleDraft(target, head(random_model(seed=0), features=(1, 2)))
-    for d in (draft, TreeDraft(draft, branching=(2, 1))):
-        out = minispec.speculative_generate(target, d, [[1, 2, 3], [4, 5]], gamma=2, max_new_tokens=8)
-        assert [len(t) for t in out.tokens] == [8, 8] and out.stats.num_drafts > 0
+    t16 = minispec.load("tiny-code-target")[0].to(torch.bfloat16)
+    text = sample_text("code")
+    prompts = [list(text[400 * i: 400 * i + 20]) for i in (1, 3, 5, 8)]  # bytes = tokens
+    t32, ref = float32_greedy_that_bf16_must_match(t16, prompts, 24)
+    shipped = EagleDraft.from_pretrained("tiny-code-eagle", t16)
+    two_layers = EagleDraft(t16, head(t16, features=(1, 2)))
+    assert {p.dtype for d in (shipped, two_layers) for p in d.model.parameters()} == {torch.bfloat16}
+    for draft in (shipped, two_layers):
+        for d in (draft, TreeDraft(draft, branching=(2, 1))):
+            out = minispec.speculative_generate(t16, d, prompts, gamma=2, max_new_tokens=24)
+            assert out.tokens == ref and out.stats.num_drafts > 0
+            if draft is shipped:
+                f32 = EagleDraft.from_pretrained("tiny-code-eagle", t32)
+                d32 = f32 if d is draft else TreeDraft(f32, branching=(2, 1))
+                s32 = minispec.speculative_generate(t32, d32, prompts, gamma=2, max_new_tokens=24).stats
+                assert out.stats.accepted_tokens >= 0.9 * s32.accepted_tokens > 0

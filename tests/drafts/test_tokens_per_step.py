@@ -17,7 +17,7 @@ import torch
 
 import minispec
 from conftest import Scripted
-from minispec.decoding.sampling import PointMass, SamplingParams, probabilities
+from minispec.decoding.sampling import DRAFT, PointMass, SamplingParams, philox4x32, probabilities, row_keys, sample
 from minispec.drafts.eagle import EagleDraft
 from minispec.drafts.model import LayerSkipDraft, ModelDraft
 from minispec.drafts.tree import TreeDraft
@@ -85,10 +85,21 @@ def eagle_from_scratch(target, draft: EagleDraft):
     return fresh
 
 
-def check_proposals(calls, fresh, params, atol=2e-5):
+def drawn_with_its_uniform(q_j, seed, position, j):
+    """The token a draft draws from q_j (V,) with its own random number: Philox4x32-10 of counter (j, position,
+    DRAFT stream, 0) under the row's key (the counter layout minispec.decoding.sampling documents; the uniform's 52
+    bits and the inverse CDF are tested on their own in tests/decoding/test_sampling_contract.py)."""
+    key = row_keys([seed])  # (1, 2)
+    words = philox4x32(torch.tensor([[j, position, DRAFT, 0]]), key)[0].tolist()  # 4 words
+    u = ((words[0] << 20 | words[1] >> 12) + 0.5) * 2.0**-52  # 52 random bits, strictly inside (0, 1)
+    return int(sample(q_j[None], torch.tensor([u], dtype=torch.float64))[0])
+
+
+def check_proposals(calls, fresh, params, atol=2e-5, seeds=None):
     """Every running row's proposal in ``calls`` against ``fresh(seq, path)``: a dense q equal to the fresh q
-    at each node's parent; point masses (greedy, a dynamic tree) the fresh top tokens, the i-th child of a
-    node the i-th likeliest."""
+    at each node's parent, and each token x_j the one q_j gives with the row's own uniform of counter (j - 1, the
+    step's position, DRAFT) when ``seeds`` (one per row) are given; point masses (greedy, a dynamic tree) the fresh
+    top tokens: the children of a node distinct, the i-th the i-th likeliest."""
     assert len(calls) >= 4
     checked = 0
     for rows, done, (x, q, tree) in calls:
@@ -107,12 +118,17 @@ def check_proposals(calls, fresh, params, atol=2e-5):
                 logits = fresh(seq, paths[par])  # (V,)
                 if isinstance(q, PointMass) or params.greedy:
                     top = logits.sort(descending=True).values  # (V,)
+                    tokens = [int(x[b, j - 1]) for j in children]
+                    assert len(set(tokens)) == len(tokens), (b, par, tokens)  # siblings are distinct tokens
                     for i, j in enumerate(children):  # the i-th child is the i-th likeliest token
-                        assert logits[x[b, j - 1]] >= top[i] - 1e-4, (b, j, par, i)
+                        assert abs(logits[x[b, j - 1]] - top[i]) <= 1e-4, (b, j, par, i)
                 else:
                     expected = probabilities(logits[None], params)[0]  # (V,)
                     for j in children:
                         torch.testing.assert_close(q[b, j - 1], expected, atol=atol, rtol=1e-4)
+                        if seeds is not None:  # x_j was drawn from q_j with its own uniform
+                            assert int(x[b, j - 1]) == drawn_with_its_uniform(q[b, j - 1], seeds[b], len(seq),
+                                                                              j - 1), (b, j)
                 checked += len(children)
     return checked
 
@@ -147,7 +163,10 @@ def test_every_proposal_is_the_drafts_from_scratch(code, kind, shape, params):
     out = minispec.speculative_generate(target, draft, PROMPTS, gamma=Scripted(SCRIPT), max_new_tokens=24,
                                         temperature=params.temperature, top_k=params.top_k, seed=[5, 6, 7, 8])
     with torch.inference_mode():
-        assert check_proposals(calls, fresh, params) > 40
+        assert check_proposals(calls, fresh, params, seeds=[5, 6, 7, 8]) > 40
+    # some step accepted two draft tokens or more, and proposals came after it: a draft whose cache kept a rejected
+    # token's slot, or lost an accepted one, shows only after such a step (one accepted token rewrites no slot)
+    assert len(out.stats.accepted_per_position) >= 2 and out.stats.accepted_per_position[1] > 0
     if params.greedy:
         assert out.tokens == minispec.generate(target, PROMPTS, max_new_tokens=24).tokens
 
@@ -261,7 +280,7 @@ def test_an_eagle_heads_proposals_from_scratch_at_the_edges_of_a_batch(lengths):
         minispec.speculative_generate(target, shaped, prompts, gamma=Scripted([2, 0, 2]), max_new_tokens=12,
                                       temperature=1.0, seed=[3, 4])
         with torch.inference_mode():
-            assert check_proposals(calls, eagle_from_scratch(target, draft), SamplingParams(1.0)) > 8
+            assert check_proposals(calls, eagle_from_scratch(target, draft), SamplingParams(1.0), seeds=[3, 4]) > 8
     with pytest.raises(ValueError, match="exceeds the draft's maximum length of 256 positions"):
         EagleDraft(target, model).check(target, 257)
     EagleDraft(target, model).check(target, 256)  # exactly the maximum: fine
