@@ -1,4 +1,4 @@
-"""Execute the lessons and render them, with the interview drill, as a static HTML site that needs no network.
+"""Execute the lessons and render them, with the cheat sheet and the drill, as a static HTML site that needs no network.
 
 :func:`build` runs every ``lessons/NN_*.ipynb`` in order, each in a fresh ``python3`` kernel whose working
 directory is the lessons folder (as nbmake runs them), and raises :class:`LessonError` naming the notebook
@@ -8,6 +8,7 @@ the site: ``python -m minispec.course.site --out site``. It writes
     index.html               the lessons in order, with the seconds each took to run
     NN_name.html             one page per lesson: code, outputs, figures (PNG, embedded), linked
                              previous / index / next
+    cheat_sheet.html         lessons/cheat_sheet.md: the formulas, the reference numbers, the decision table
     interview_drill.html     lessons/interview_drill.md, its answers folded in <details>
     solutions/NN_name.html   the worked solutions of each lesson's exercises, as highlighted source
 
@@ -28,6 +29,8 @@ from pathlib import Path
 
 LESSON_GLOB = "[0-9][0-9]_*.ipynb"  # lessons/00_quickstart.ipynb ...; solutions/ and checkpoints are not lessons
 DRILL = "interview_drill.md"
+CHEAT_SHEET = "cheat_sheet.md"
+PAGES = {"cheat_sheet": (CHEAT_SHEET, "Cheat sheet"), "interview_drill": (DRILL, "Interview drill")}  # Markdown pages
 KERNEL = "python3"
 # The kernel's environment. Figures must come back as PNG outputs whatever MPLBACKEND the caller set (CI sets Agg,
 # under which plt.show() outputs nothing). PYTEST_CURRENT_TEST is what a kernel started by nbmake inherits, and what
@@ -118,8 +121,8 @@ def build(out_dir="site", lessons_dir=None, timeout=300, execute=True) -> list[P
     out.mkdir(parents=True, exist_ok=True)
     solutions = {nb.stem: lessons_dir / "solutions" / f"{nb.stem}.py" for nb in notebooks}
     solutions = {stem: path for stem, path in solutions.items() if path.is_file()}
-    drill = lessons_dir / DRILL
-    order = [nb.stem for nb in notebooks] + (["interview_drill"] if drill.is_file() else [])
+    markdown = {stem: lessons_dir / name for stem, (name, _) in PAGES.items() if (lessons_dir / name).is_file()}
+    order = [nb.stem for nb in notebooks] + list(markdown)
     titles, seconds, failures, pages = {}, {}, [], []
     for nb_path in notebooks:
         start = time.perf_counter()
@@ -137,9 +140,9 @@ def build(out_dir="site", lessons_dir=None, timeout=300, execute=True) -> list[P
     if failures:
         raise LessonError(f"{len(failures)} of {len(notebooks)} lessons failed:\n\n" + "\n\n".join(failures))
 
-    if drill.is_file():
-        titles["interview_drill"] = "Interview drill"
-        pages.append(("interview_drill", _markdown_notebook(drill.read_text(encoding="utf-8"), "Interview drill")))
+    for stem, path in markdown.items():
+        titles[stem] = PAGES[stem][1]
+        pages.append((stem, _markdown_notebook(path.read_text(encoding="utf-8"), titles[stem])))
     written = [out / "index.html"]
     for stem, nb in pages:
         path = out / f"{stem}.html"
@@ -250,9 +253,10 @@ def _maths_in(page: str, maths: dict[str, str]) -> str:
 
 
 def _links(page: str, order: list[str], solutions: dict, prefix: str = "") -> str:
-    """Point links to lessons, solutions and the drill at their pages; a link to a page the site lacks
+    """Point links to lessons, solutions, the cheat sheet and the drill at their pages; a link to a page the site lacks
     becomes plain text marked as not built (a lesson not written yet, a file outside the course)."""
-    names = {f"{stem}.ipynb": f"{stem}.html" for stem in order} | {f"{DRILL}": "interview_drill.html"}
+    names = {f"{stem}.ipynb": f"{stem}.html" for stem in order} | {name: f"{stem}.html" for stem, (name, _) in
+                                                                     PAGES.items() if stem in order}
     names |= {f"solutions/{stem}.py": f"solutions/{stem}.html" for stem in solutions}
 
     def fix(m):
@@ -278,7 +282,8 @@ def _nav(stem: str, order: list[str], titles: dict, prefix: str = "") -> str:
 
 
 def _render(nb, stem: str, order: list[str], titles: dict, solutions: dict) -> str:
-    """One lesson (or the drill) as a page: nbconvert's lab template without its CDN scripts."""
+    """One lesson (or a Markdown page: the cheat sheet, the drill) as a page: nbconvert's lab template without its CDN
+    scripts."""
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
 
@@ -318,7 +323,7 @@ def _solution_page(source: Path, stem: str, title: str) -> str:
 
 def _index(order: list[str], titles: dict, seconds: dict, solutions: dict, executed: bool) -> str:
     rows = []
-    for stem in (s for s in order if s != "interview_drill"):
+    for stem in (s for s in order if s not in PAGES):
         extra = []
         if stem in seconds and executed:
             extra.append(f"ran in {seconds[stem]:.0f} s")
@@ -329,9 +334,12 @@ def _index(order: list[str], titles: dict, seconds: dict, solutions: dict, execu
     when = "executed top to bottom when this site was built" if executed else "rendered without running them"
     total = f" in {sum(seconds.values()):.0f} s" if executed else ""
     body = (f"<h1>minispec: the course</h1>\n<p>An educational speculative decoder in plain PyTorch, taught in "
-            f"{sum(s != 'interview_drill' for s in order)} lessons. Every lesson below was {when}{total}: the "
+            f"{sum(s not in PAGES for s in order)} lessons. Every lesson below was {when}{total}: the "
             f"outputs and figures are the ones it printed on the machine that built the site.</p>\n"
             "<ul>\n" + "\n".join(rows) + "\n</ul>\n")
+    if "cheat_sheet" in order:
+        body += ('<p>On one page: <a href="cheat_sheet.html">the cheat sheet</a>, the formulas, the reference numbers '
+                 'and a decision table, "should I turn speculation on?".</p>\n')
     if "interview_drill" in order:
         body += ('<p>Then test yourself: <a href="interview_drill.html">the interview drill</a>, questions an '
                  "interviewer asks about speculative decoding, with short worked answers folded out of sight.</p>\n")

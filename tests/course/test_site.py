@@ -129,7 +129,7 @@ FIGURE = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.title('{}')\
 
 @pytest.fixture(scope="module")
 def small_site(tmp_path_factory):
-    """Two short lessons, a solution and a drill, executed and built."""
+    """Two short lessons, a solution, a cheat sheet and a drill, executed and built."""
     src, site = tmp_path_factory.mktemp("lessons"), tmp_path_factory.mktemp("site")
     notebook(src / "00_first.ipynb",
              ("markdown", "# 00 · First\n\nSome maths, $E = (1 - \\alpha^{\\gamma+1}) / (1 - \\alpha)$, and\n\n"
@@ -140,23 +140,37 @@ def small_site(tmp_path_factory):
              ("code", FIGURE.format("second")), ("code", "from pathlib import Path\nprint(Path.cwd().name)"))
     (src / "solutions").mkdir()
     (src / "solutions" / "00_first.py").write_text("print('a worked solution')\n")
+    (src / "cheat_sheet.md").write_text("# Cheat sheet\n\n| what | formula |\n| --- | --- |\n| tokens per step | "
+                                        "$E = (1 - \\alpha^{\\gamma+1}) / (1 - \\alpha)$ |\n\nAsked in the "
+                                        "[drill](interview_drill.md); derived in [lesson 00](00_first.ipynb).\n")
     (src / "interview_drill.md").write_text("# Drill\n\n### 1. Why?\n\n<details><summary>Answer</summary>\n\n"
                                             "Because, see [lesson 00](00_first.ipynb).\n\n</details>\n")
     return build(site, src, timeout=120), site, src
 
 
-def test_build_writes_an_index_the_lessons_in_order_the_drill_and_the_solutions(small_site):
+def test_build_writes_an_index_the_lessons_in_order_the_cheat_sheet_the_drill_and_the_solutions(small_site):
     pages, site, src = small_site
     assert [p.relative_to(site).as_posix() for p in pages] == [
-        "index.html", "00_first.html", "01_second.html", "interview_drill.html", "solutions/00_first.html"]
+        "index.html", "00_first.html", "01_second.html", "cheat_sheet.html", "interview_drill.html",
+        "solutions/00_first.html"]
     first, second = (site / "00_first.html").read_text(), (site / "01_second.html").read_text()
     assert "45" in first and f"<pre>{src.name}\n" in second  # executed, in the lessons folder
     assert 'href="01_second.html"' in first and 'href="00_first.html"' in second  # previous / next
-    assert 'href="interview_drill.html"' in second and 'href="index.html"' in first
+    assert 'href="cheat_sheet.html"' in second and 'href="index.html"' in first  # the last lesson's next page
+    assert 'href="interview_drill.html"' in (site / "cheat_sheet.html").read_text()
     assert '<span class="unbuilt"' in first and 'href="07_not_written' not in first  # a lesson not written yet
     assert 'href="solutions/00_first.html"' in second
     assert first.count("<math") == 2 and "\\alpha" not in first  # TeX became MathML
     assert static_problems(site) == []
+
+
+def test_the_cheat_sheet_is_a_page_linked_from_the_index_with_its_formulas_drawn(small_site, tmp_path):
+    _, site, _ = small_site
+    index, sheet = (site / "index.html").read_text(), (site / "cheat_sheet.html").read_text()
+    assert 'href="cheat_sheet.html"' in index and "<title>Cheat sheet</title>" in sheet
+    assert 'href="interview_drill.html"' in sheet and 'href="00_first.html"' in sheet  # its links point at pages
+    assert sheet.count("<math") == 1 and "<table" in sheet  # the formula drawn, the table a table
+    assert page_problems(site / "cheat_sheet.html", tmp_path) == []
 
 
 def test_every_page_renders_with_its_figures_and_formulas(small_site, tmp_path):
@@ -232,7 +246,7 @@ def unresolved_links(site: Path, lessons: Path) -> list[str]:
     for page in sorted(site.rglob("*.html")):
         for target in re.findall(r'class="unbuilt" title="([^"]*): not part of this site"', page.read_text("utf-8")):
             target = html.unescape(target)
-            course_page = re.match(r"(solutions/)?\d\d_\w+\.(ipynb|py)$|interview_drill\.md$", target)
+            course_page = re.match(r"(solutions/)?\d\d_\w+\.(ipynb|py)$|(interview_drill|cheat_sheet)\.md$", target)
             if course_page or not (lessons / target).exists():
                 out.append(f"{page.relative_to(site)}: link to {target}, which does not resolve")
     return out
@@ -258,6 +272,7 @@ def test_the_real_site(tmp_path):
     pages = sorted(site.rglob("*.html"))
     assert {p.stem for p in site.glob("[0-9][0-9]_*.html")} == set(lessons), "one page per lesson"
     assert (site / "index.html").is_file() and (site / "interview_drill.html").is_file()
+    assert (site / "cheat_sheet.html").is_file() and 'href="cheat_sheet.html"' in (site / "index.html").read_text()
     assert static_problems(site) == [] and unresolved_links(site, LESSONS) == []
     seen = {page.relative_to(site).as_posix(): probe(page, tmp_path) for page in pages}
     assert [p for name, found in seen.items() for p in judge(name, found)] == []
