@@ -11,19 +11,15 @@ from dataclasses import replace
 import numpy as np
 
 from minispec import roofline, serving
+from minispec.course import goodput
 from minispec.roofline import LLAMA_1B, hardware
-from minispec.serving import incidents
+from minispec.serving import Lengths, incidents
 
 FULL = serving.RooflineSteps(draft=LLAMA_1B)  # 8B target on an H100, 1B draft with its full KV, every KV read
-WORKLOAD = serving.Workload(duration_s=8)  # the lesson's traffic: 128-token prompts, 512..1536 output tokens
-RATES, TTFT_SLO_S, TPOT_SLO_S = (10, 20, 30, 40), 1.0, 0.008
-
-
-def goodput(steps, speculation, rates=RATES) -> int:
-    """DistServe's goodput on ``rates``: the highest at which >= 90 % of requests meet both SLOs (0: none)."""
-    ok = [r for r in rates if np.mean(serving.simulate(serving.poisson_requests(replace(WORKLOAD, rate=r)), steps,
-                                                       speculation).meets(TPOT_SLO_S, TTFT_SLO_S)) >= 0.9]
-    return max(ok, default=0)
+# The lesson's traffic (prompts and outputs of 64-192 tokens) and steady-state window, SLOs and seeds
+WORKLOAD = serving.Workload(mix=(serving.Traffic(prompt=Lengths(128, "uniform"), output=Lengths(128, "uniform")),))
+STEADY, SEEDS = goodput.Window(warmup_s=2, measure_s=8, tail_s=2), range(5)
+RATES, TTFT_SLO_S, TPOT_SLO_S = (40, 80, 120, 160), 1.0, 0.008
 
 
 def exercise_1():
@@ -32,7 +28,7 @@ def exercise_1():
     policy = FULL.policy(alpha0=0.8, gamma_max=4)
     mean = {}
     for rate in RATES:
-        run = serving.simulate(serving.poisson_requests(replace(WORKLOAD, rate=rate)), FULL, policy)
+        run = goodput.serve(rate, FULL, policy, WORKLOAD, STEADY)  # steady state, as in the lesson
         s = run.summary(TPOT_SLO_S, TTFT_SLO_S)
         mean[rate] = s["mean_gamma"]
         print(f"  {rate} requests/s: {s['mean_batch']:.0f} rows on average, mean gamma {s['mean_gamma']:.2f}")
@@ -77,16 +73,25 @@ def exercise_2():
 
 def exercise_3():
     """The H200's bandwidth or its memory: which buys plain decoding its goodput here."""
-    print("Exercise 3: the H200's bandwidth alone, its memory alone (plain decoding, TPOT <= 8 ms, TTFT <= 1 s)")
+    print("Exercise 3: the H200's bandwidth alone, its memory alone (plain decoding, TPOT <= 8 ms, TTFT <= 1 s,")
+    print("  goodput bisected per seed in steady state, as in the lesson, over three of its five seeds)")
     h100, h200 = hardware.H100_SXM, hardware.H200
     variants = {"H100": h100, "H100 + H200's bandwidth": replace(h100, memory_bandwidth=h200.memory_bandwidth),
                 "H100 + H200's memory": replace(h100, memory_bytes=h200.memory_bytes), "H200": h200}
-    found = {name: goodput(replace(FULL, hardware=hw), 0, RATES[:3]) for name, hw in variants.items()}  # 40: none
-    busiest = serving.simulate(serving.poisson_requests(replace(WORKLOAD, rate=RATES[-1])), FULL, 0)
-    assert busiest.preemptions == 0  # the H100 at the busiest rate swept: blocks never ran out
-    for name, g in found.items():
-        print(f"  {name:>24}: goodput {g} requests/s")
-    assert found["H100 + H200's bandwidth"] == found["H200"] > found["H100"] == found["H100 + H200's memory"]
+    brackets = {"H100": (50, 100), "H100 + H200's bandwidth": (150, 190), "H100 + H200's memory": (50, 100),
+                "H200": (150, 190)}
+    found = {}
+    for name, hw in variants.items():
+        rates, seen = goodput.seeds_goodput(replace(FULL, hardware=hw), 0, WORKLOAD, STEADY, SEEDS[:3],
+                                            *brackets[name], 5, TPOT_SLO_S, TTFT_SLO_S, workers=2)
+        assert all(goodput.bracketed(s) for s in seen)
+        found[name] = goodput.spread(rates)
+        mean, low, high = found[name]
+        print(f"  {name:>24}: goodput {mean:.0f} requests/s (3 seeds: {low:.0f}-{high:.0f})")
+    busiest = goodput.serve(brackets["H100"][1], FULL, 0, WORKLOAD, STEADY)
+    assert busiest.preemptions == 0  # the H100 past its goodput: blocks never ran out
+    assert found["H100 + H200's bandwidth"] == found["H200"] and found["H100"] == found["H100 + H200's memory"]
+    assert found["H200"][0] > 2 * found["H100"][0]
     print("  On this traffic the H100 never runs out of blocks (KV is allocated as rows grow), so more memory")
     print("  changes nothing; the bandwidth makes every step's weight and KV read cheaper, and that is all of it.")
     print("  Longer contexts or more rows would make memory matter: blocks run out, and the youngest request is")

@@ -1,11 +1,14 @@
 """Worked solutions to the exercises of lesson 11, tree speculation.
 
 Run from the repository root: ``python lessons/solutions/11_tree_speculation.py``.
-Every number a solution claims is asserted. Exercise 1 is arithmetic on the cost model; exercise 2 counts greedy
-acceptance on the embedded pair, which is deterministic in float32 on a CPU; exercise 3 prices that pair's profile on
-this CPU's ceilings, calibrated in the run, and counts the operations a tree step calls; its one timed check (the
-tree path's extra calls, at this run's cost per call, against a modelled target step) holds by several times here.
-Nothing is read from a committed results file.
+Every number a solution claims is asserted. It runs on the lesson's pair: the device's (a cached real pair on a GPU,
+the embedded pair on a CPU), or the embedded pair on the CPU where the GPU's pair is random weights, which never
+agree. Exercise 1 is arithmetic on the cost model; exercise 2 counts greedy acceptance, which is deterministic in
+float32 on a CPU (in bf16 on a GPU the replay's exact check is skipped: a near-tie can round apart); exercise 3 prices
+the pair's profile on its device's ceilings, calibrated in the run, and counts the operations a tree step calls; its
+one timed check (the tree path's extra calls, at this run's cost per call, against a modelled target step) holds by
+several times on the CPU and is made there only. The embedded pair's figures are pinned only where it runs. Nothing
+is read from a committed results file.
 """
 
 import itertools
@@ -53,7 +56,7 @@ def greedy_ranks(target, draft, prompts, n: int) -> list[list[int]]:
     greedy = minispec.generate(target, prompts, max_new_tokens=n).tokens
     P = len(prompts[0])
     with torch.inference_mode():
-        seqs = torch.tensor([p + g for p, g in zip(prompts, greedy)])  # (B, P + n)
+        seqs = torch.tensor([p + g for p, g in zip(prompts, greedy)], device=target.device)  # (B, P + n)
         order = draft(seqs)[:, P - 1:-1].argsort(-1, descending=True)  # (B, n, V)
     return (order == seqs[:, P:, None]).int().argmax(-1).tolist()
 
@@ -74,8 +77,10 @@ def exercise_2():
     """A greedy tree step is a lookup in the rank sequence; the profile model is that lookup with the ranks
     shuffled, and real ranks come in runs."""
     print("Exercise 2: replaying the greedy tree step from teacher-forced ranks")
-    torch.set_num_threads(1)
-    m = course_models("cpu")
+    m = course_models()  # the lesson's device
+    m = m if m["synthetic_alpha"] is None else course_models(embedded=True)  # random GPU weights never agree
+    if m["device"].type == "cpu":
+        torch.set_num_threads(1)
     target, draft, code = m["target"], m["draft"], m["tokenizer"].encode(m["code"])
     V, N = target.config.vocab_size, 32
     ranks = greedy_ranks(target, draft, bench.prompts_for(16, 64, V, code), N)  # the lesson's profile sample
@@ -87,7 +92,8 @@ def exercise_2():
         for prompt, r in zip(batch, batch_ranks):
             s = minispec.speculative_generate(target, TreeDraft(draft, paths=list(best.paths)), [prompt],
                                               gamma=best.depth, max_new_tokens=N).stats
-            assert (s.num_drafts, s.accepted_tokens) == replay(r, set(best.paths), best.depth, N)
+            exact = (s.num_drafts, s.accepted_tokens) == replay(r, set(best.paths), best.depth, N)
+            assert exact or not m["batch_invariant"]
     print("  for 4, 16 and 32 nodes, the replay gives every prompt's steps and accepted tokens exactly")
 
     L = 200  # longer continuations for the next part: 16 x 200 ranks
@@ -96,7 +102,7 @@ def exercise_2():
     after_hit = sum(b for a, b in pairs if a) / sum(a for a, _ in pairs)
     after_miss = sum(b for a, b in pairs if not a) / sum(not a for a, _ in pairs)
     print(f"  P(first guess right | the previous one was) = {after_hit:.2f}; after a miss {after_miss:.2f}")
-    assert after_hit > after_miss + 0.1  # easy stretches: acceptance comes in runs
+    assert after_hit > after_miss + 0.1 or not m["embedded"]  # easy stretches: acceptance comes in runs
     flat = [k for r in long for k in r]
     own = list(itertools.accumulate([flat.count(k) / len(flat) for k in range(64)], min))  # these ranks' profile
     shuffled = flat[:]
@@ -111,7 +117,7 @@ def exercise_2():
         print(f"  {n:>2} nodes: tokens per step modelled {model:.2f}; replayed on the ranks shuffled "
               f"{E['shuffled']:.2f}, in their real order {E['real']:.2f}")
         assert abs(E["shuffled"] - model) < 0.1  # the product formula is the independent-positions model
-        if n == 64:
+        if n == 64 and m["embedded"]:
             assert E["real"] > E["shuffled"] + 0.2  # deep paths of first guesses come more often than chance
     return m, profile
     print("  The product along a path assumes each position's rank is independent of the last. Shuffling the ranks")
@@ -136,7 +142,8 @@ def exercise_3(m, profile):
     """The same profile, two machines (Sequoia's point that the best tree belongs to the hardware); then the tree
     path's extra operations per step, priced in modelled target steps."""
     print("Exercise 3: the pair's profile on this CPU (its shapes, ceilings calibrated now) and on an H100 (8B)")
-    cpu = hardware.calibrate()  # this CPU's copy bandwidth and matmul FLOP/s, measured in this run
+    dev = m["target"].device
+    cpu = hardware.calibrate(dev, m["target"].dtype)  # this device's bandwidth and matmul FLOP/s, measured now
     target, draft = (roofline.ModelShape.from_model(m[k]) for k in ("target", "draft"))
     kw = dict(profile=profile, hardware=cpu, model=target, draft=draft, context=64)
     here, h100 = roofline.tree_speedup_table([1], **kw)[0], roofline.tree_speedup_table([1], profile=profile)[0]
@@ -144,10 +151,12 @@ def exercise_3(m, profile):
     print(f"  batch 1, modelled: this CPU's best tree has {here['budget']} nodes (depth {here['depth']}, "
           f"{here['speedup']:.2f}x); the H100's {h100['budget']} (depth {h100['depth']}, {h100['speedup']:.2f}x)")
     print(f"  the best tree is a chain from batch {chain_here} here and from batch {chain_h100} on the H100")
-    assert here["budget"] < h100["budget"] and chain_here < 8 < chain_h100
-    print(f"  This CPU's ridge is {cpu.ridge:.0f} FLOP/byte against 295, and float32 reads 4 bytes a weight: a verify")
-    print("  is compute-bound within one row, so every node costs from the start and the best tree is small.")
-    assert cpu.ridge < hardware.H100_SXM.ridge / 5  # measured: a CPU's compute is far closer to its bandwidth
+    if dev.type == "cpu":
+        assert here["budget"] < h100["budget"] and chain_here < 8 < chain_h100
+        print(f"  This CPU's ridge is {cpu.ridge:.0f} FLOP/byte against 295, and float32 reads 4 bytes a weight: a "
+              "verify")
+        print("  is compute-bound within one row, so every node costs from the start and the best tree is small.")
+        assert cpu.ridge < hardware.H100_SXM.ridge / 5  # measured: a CPU's compute is far closer to its bandwidth
 
     code = m["tokenizer"].encode(m["code"])
     one = bench.prompts_for(1, 64, m["target"].config.vocab_size, code[700:])  # one row of the lesson's batch
@@ -166,7 +175,7 @@ def exercise_3(m, profile):
           f"clock over its calls), {1e3 * extra:.1f} ms a step: {extra / step:.1f} modelled target steps "
           f"({1e3 * step:.2f} ms each)")
     assert steps["chain"] == steps["tree"] and calls["tree"] > 1.2 * calls["chain"]  # counted
-    assert extra > step  # timed against modelled: several times over when measured here
+    assert extra > step or dev.type != "cpu"  # timed against modelled: several times over on this CPU
     print("  Fixed costs per step (Python, small kernels, the walk over the tree) are what the roofline omits;")
     print("  on a millisecond-sized model they eat up the extra tokens a tree brings.")
 

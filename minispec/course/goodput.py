@@ -67,10 +67,11 @@ def attainment(requests: list[Request], tpot_slo_s: float, ttft_slo_s: float = m
 
 
 def serve(rate: float, steps: StepTimes, speculation, workload: Workload, window: Window, seed: int = 0,
-          scheduler: Scheduler = Scheduler()) -> Run:
-    """One simulated run at ``rate`` requests/s: the workload's Poisson arrivals over the window's duration."""
+          scheduler: Scheduler | None = None) -> Run:
+    """One simulated run at ``rate`` requests/s: the workload's Poisson arrivals over the window's duration, served
+    with ``scheduler`` (None: vLLM's defaults on an H100, :class:`minispec.serving.Scheduler`)."""
     requests = poisson_requests(replace(workload, rate=rate, duration_s=window.duration_s, seed=seed))
-    return simulate(requests, steps, speculation, scheduler, seed)
+    return simulate(requests, steps, speculation, scheduler or Scheduler(), seed)
 
 
 def slo_goodput(met: Callable[[float], float], lo: float, hi: float, resolution: float, target: float = 0.9,
@@ -108,7 +109,7 @@ def _one_seed(args) -> tuple[float, list[tuple[float, float]]]:
 
 def seeds_goodput(steps: StepTimes, speculation, workload: Workload, window: Window, seeds, lo: float, hi: float,
                   resolution: float, tpot_slo_s: float, ttft_slo_s: float, gpus: int = 1,
-                  scheduler: Scheduler = Scheduler(), target: float = 0.9, workers: int = 1,
+                  scheduler: Scheduler | None = None, target: float = 0.9, workers: int = 1,
                   ) -> tuple[list[float], list[list[tuple[float, float]]]]:
     """DistServe's goodput per GPU for each seed (the bisected rate of the whole server divided by ``gpus``), and
     each seed's (rate, share meeting both SLOs) evaluations. ``workers`` > 1 runs seeds in forked processes (each
