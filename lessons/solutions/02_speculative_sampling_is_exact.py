@@ -89,7 +89,7 @@ def exercise_3(n=2000):
     warp = SamplingParams(0.7, top_p=0.9)
     chunk = min(n, 2**30 // (4 * 5 * target.config.vocab_size))  # rows per call, as in the lesson
     tokens = [t for i in range(0, n, chunk) for t in minispec.speculative_generate(
-        target, draft, [prompt] * min(chunk, n - i), gamma=4, max_new_tokens=2, temperature=0.7, top_p=0.9,
+        target, draft, [prompt] * min(chunk, n - i), gamma=1, max_new_tokens=2, temperature=0.7, top_p=0.9,
         seed=list(range(i, min(i + chunk, n)))).tokens]
     first, second = torch.tensor([r[0] for r in tokens]), torch.tensor([r[1] for r in tokens])
     firsts, which = first.unique(return_inverse=True)

@@ -9,12 +9,30 @@ import torch
 import minispec
 from minispec import roofline
 from minispec.course.models import course_models
+from minispec.decoding.sampling import SamplingParams, probabilities
 from minispec.model.load import sample_text
 from minispec.tools.train import teacher_forced_acceptance
 
 
-def exercise_1():
-    """Low acceptance wants a shorter draft: the k-th draft token is used only if the k - 1 before it were accepted."""
+def lookup_acceptance(model, ids):
+    """Part 1 of the lesson for prompt lookup alone: teacher-forced, the mean p_T(x) of the token x that followed the
+    latest earlier occurrence of the last 1-3 tokens, at T = 0 (argmax agreement) and T = 1."""
+    props = {}
+    for i in range(len(ids) - 1):
+        for n in range(min(3, i + 1), 0, -1):
+            hit = next((j for j in range(i - n, -1, -1) if ids[j : j + n] == ids[i + 1 - n : i + 1]), None)
+            if hit is not None:
+                props[i] = ids[hit + n]
+                break
+    with torch.inference_mode():
+        logits = model(torch.tensor([ids], device=model.device))[0].float()  # (T, V)
+    at, x = (torch.tensor(v, device=logits.device) for v in (sorted(props), [props[i] for i in sorted(props)]))
+    return {T: probabilities(logits, SamplingParams(temperature=T))[at, x].mean().item() for T in (0, 1.0)}
+
+
+def exercise_1(m):
+    """Low acceptance wants a shorter draft: the k-th draft token is used only if the k - 1 before it were accepted.
+    And a fall in alpha costs even a free draft: with c = 0 the speedup is E(alpha, gamma) itself."""
     print("Exercise 1: the best gamma at batch 1 (8B, H100, c 0.05)")
     c, best = 0.05, {a: roofline.best_gamma(1, alpha=a) for a in (0.3, 0.8)}
     for a, g in best.items():
@@ -27,6 +45,16 @@ def exercise_1():
     assert best[0.3] == 2 < best[0.8] == 8  # 8 is the cap: at alpha 0.8 even the 8th token still pays
     print("  Token k + 1 is used only when all k before it were accepted (probability alpha^(k+1)), but it costs c")
     print("  in every step. At alpha 0.3 the third token is accepted 2.7 % of the time: worth less than its cost.")
+    real, name = m["real"], m["real_name"]
+    tok = m["real_tokenizer"]
+    alpha = lookup_acceptance(real, tok.encode(m["code"])[:512])
+    free = {T: roofline.speculative_speedup(1, alpha=a, draft_cost=0) for T, a in alpha.items()}  # c = 0: E itself
+    print(f"  prompt lookup on {name}: alpha {alpha[0]:.2f} greedy, {alpha[1.0]:.2f} at T = 1; with c = 0 at batch 1 "
+          f"that is {free[0]:.2f}x and {free[1.0]:.2f}x")
+    assert all(abs(free[T] - roofline.expected_tokens(alpha[T], 4)) < 1e-9 for T in free)  # free verify, free draft
+    if name == "SmolLM2-135M-Instruct" and real.dtype == torch.float32:  # the figures the lesson's part 1 printed
+        assert abs(alpha[0] - 0.41) < 0.03 and abs(alpha[1.0] - 0.33) < 0.03 and free[1.0] < free[0] - 0.1
+    print("  Even a draft that costs nothing loses speed with temperature: the speedup is the tokens per step.")
 
 
 def exercise_2(m):
@@ -74,9 +102,31 @@ def exercise_3(m):
     print("  pace of its worst traffic. Measure alpha per traffic type, and gate per request where you can.")
 
 
+def models() -> dict:
+    """The lesson's models: its device's pair, and the real model of its part 1 (the pair's target on a GPU with a
+    cached real pair, else SmolLM2-135M-Instruct where `minispec fetch smollm2` has run, else the embedded target).
+    Exercises 2 and 3 compare the code draft with the prose draft, which exists only beside the byte-level target:
+    where the device's pair has none (a real GPU pair, or random weights), they run on the embedded trio."""
+    m = course_models()
+    if m["device"].type == "cpu":
+        torch.set_num_threads(1)
+    if not m["embedded"] and m["tokenizer"] is not None:
+        real, tok, name = m["target"], m["tokenizer"], m["name"].split(" / ")[0]
+    else:
+        try:
+            real, tok = minispec.load("smollm2-135m-instruct", device=m["device"],
+                                      dtype=torch.bfloat16 if m["device"].type == "cuda" else None)
+            name = "SmolLM2-135M-Instruct"
+        except ValueError as e:  # not fetched on this machine
+            print(f"no real model here ({e}): exercise 1 uses the embedded target")
+            real, tok, name = *minispec.load("tiny-code-target"), "tiny-code-target"
+    if m["prose_draft"] is None:  # no prose draft shares this pair's vocabulary: the embedded trio has one
+        m = course_models(embedded=True)  # forced: exercises 2 and 3 need the prose draft (see the docstring)
+    return m | {"real": real, "real_tokenizer": tok, "real_name": name}
+
+
 if __name__ == "__main__":
-    torch.set_num_threads(1)
-    models = course_models("cpu")  # the embedded trio: code target, code draft, prose draft (byte-level)
-    exercise_1()
-    exercise_2(models)
-    exercise_3(models)
+    m = models()
+    exercise_1(m)
+    exercise_2(m)
+    exercise_3(m)

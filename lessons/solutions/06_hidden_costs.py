@@ -49,12 +49,13 @@ def row_waste(stats, gamma):
 
 def exercise_2(m):
     """A longer draft wastes more: every token after the first rejection is thrown away, and there are more of them."""
-    print("Exercise 2: part 1 with gamma 2, 4 and 8 (embedded pair, greedy)")
-    tokens = m["tokenizer"].encode(m["code"])
+    print(f"Exercise 2: part 1 with gamma 2, 4 and 8 ({m['name']}, greedy)")
+    tokens = m["tokenizer"].encode(m["code"]) if m["tokenizer"] else None  # random weights: random ids
     prompts = bench.prompts_for(8, 64, m["target"].config.vocab_size, tokens)  # the lesson's prompts
     waste = {}
     for gamma in (2, 4, 8):
-        s = minispec.speculative_generate(m["target"], m["draft"], prompts, gamma=gamma, max_new_tokens=64).stats
+        s = minispec.speculative_generate(m["target"], m["draft"], prompts, gamma=gamma, max_new_tokens=64,
+                                          rule=m["rule"], seed=0).stats
         waste[gamma] = row_waste(s, gamma)
         E = roofline.expected_tokens(s.alpha_estimate, gamma)
         print(f"  gamma {gamma}: {waste[gamma][0]:.0%} of drafted tokens rejected, {waste[gamma][1]:.2f} target "
@@ -73,7 +74,7 @@ def exercise_3(m):
     method's. LayerSkip (Elhoushi et al. 2024) shares the target's cache for those layers, which the target's
     prefill has just filled, and verifies by running only the remaining layers: it adds nothing to TTFT either."""
     print("Exercise 3: forward passes before the first token, by draft")
-    target, tokens = m["target"], m["tokenizer"].encode(m["code"])
+    target, tokens = m["target"], m["tokenizer"].encode(m["code"]) if m["tokenizer"] else None
     prompts = bench.prompts_for(2, 384, target.config.vocab_size, tokens)
     calls = []
     hook = target.register_forward_pre_hook(
@@ -95,8 +96,11 @@ def exercise_3(m):
 
 
 if __name__ == "__main__":
-    torch.set_num_threads(1)
-    models = course_models("cpu")  # the embedded pair
+    models = course_models()  # the lesson's device and pair
+    if models["device"].type == "cpu":
+        torch.set_num_threads(1)
+    alpha = models["synthetic_alpha"]  # random GPU weights: the lesson's stated synthetic acceptance, as it runs them
+    models["rule"] = minispec.accept_reject if alpha is None else bench.SyntheticAcceptance(alpha)
     exercise_1()
     exercise_2(models)
     exercise_3(models)
