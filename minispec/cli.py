@@ -317,6 +317,14 @@ def _serve_bench(args) -> None:
         print(from_args(args, lambda line: print(line, file=sys.stderr)))
 
 
+def _vs_vllm(args) -> None:
+    from minispec.tools.vs_vllm import from_args
+
+    args.threads = args.threads or default_threads()  # minispec's torch threads and vLLM's worker threads alike
+    with timed(args):
+        print(from_args(args, lambda line: print(line, file=sys.stderr)))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="minispec", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -374,6 +382,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument("--dtype", default=None, choices=DTYPES, help="default: the checkpoint's; bfloat16 for shapes")
     p.set_defaults(func=_serve_bench)
+
+    p = sub.add_parser("vs-vllm", help="the same requests through minispec's engine and vLLM's, plain and "
+                       "speculative, under load and in static batches: TTFT, TPOT, throughput, goodput, ratios")
+    from minispec.tools.vs_vllm import add_arguments as vs_vllm_arguments  # its own flags
+    vs_vllm_arguments(p)
+    add_threads(p)
+    p.set_defaults(func=_vs_vllm)
 
     p = sub.add_parser("roofline", help="the roofline model's speedup table (reference: 8B on an H100)")
     _roofline_arguments(p)
