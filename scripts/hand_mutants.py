@@ -1,17 +1,23 @@
-"""Wrong versions of the draft side made by hand (issue 23's five, and variants): each must fail a test.
+"""Wrong versions made by hand (issues 23 and 33): each keeps the output exact, and each must fail a test.
 
-Each wrong version keeps the output exact and only lowers acceptance (or reuses random numbers), so no
-exactness test can see it. For each one this script copies the package to a temporary folder, applies
-the change, runs the given tests in the copy (so that the copy is the package they import) and reports the tests
-that fail. A wrong version that fails no test is a hole in the suite; the script exits 1 then.
+Each wrong version only lowers acceptance, reuses random numbers, or gets the engine's bookkeeping wrong, so no
+exactness test can see it. Each is a textual patch: a small snippet of the package that must occur exactly once, and
+its replacement. For each one this script copies the working tree's package and tests to a temporary folder, applies
+the patch, runs the tests named with it there (so the copy is the package they import, stopping at the first
+failure) and reports the test that failed. A wrong version that fails no test is a hole in the suite; a snippet that
+no longer occurs (the code was rewritten) is reported as TARGET NOT FOUND. Either makes the script exit 1: a
+rewrite must carry its wrong versions along, not drop them silently.
 
-    python scripts/hand_mutants.py                 # all of them (a few minutes on 2 cores)
-    python scripts/hand_mutants.py --only compact  # the ones whose name contains "compact"
+    python scripts/hand_mutants.py --jobs 2         # all of them, two at a time (CI: 2 cores)
+    python scripts/hand_mutants.py --only engine    # the ones whose name contains "engine"
+    python scripts/hand_mutants.py --exact          # also check that each keeps the greedy tokens exact
+    python scripts/hand_mutants.py --record         # and write the result into results/cpu/mutation.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shlex
@@ -20,51 +26,130 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+PER_STEP = "tests/drafts/test_tokens_per_step.py"
+ENGINE = "tests/engine/test_engine_mutants.py"
 
-# name: (file, the exact text replaced, its wrong version, the tests that must catch it)
+
+def step_tests(k: str) -> list[str]:
+    return [PER_STEP, "-k", k]
+
+
+LOAD = "import minispec\nfrom minispec.model.load import sample_text\nt = minispec.load('tiny-code-target')[0]\n"
+PROMPTS = "text = sample_text('code')\np = [list(text[400 * i: 400 * i + 24 + 13 * i]) for i in range(6)]\n"
+SMALL, EAGLE = "minispec.load('tiny-code-draft')[0]", "minispec.EagleDraft.from_pretrained('tiny-code-eagle', t{})"
+TREE = f"minispec.TreeDraft({SMALL}, branching=(3, 2, 1))"
+
+
+def speculative(draft: str) -> str:
+    """A probe: greedy speculative decoding with ``draft`` gives plain greedy decoding's tokens."""
+    return (LOAD + PROMPTS + f"d = {draft}\nout = minispec.speculative_generate(t, d, p, gamma=4, max_new_tokens=24)\n"
+            "assert out.tokens == minispec.generate(t, p, 24).tokens, 'the tokens changed'\n")
+
+
+def engine(draft: str, **kw) -> str:
+    """A probe: the engine, greedy, with ``draft`` and ``kw``, gives each request plain greedy decoding's tokens."""
+    args = "".join(f", {k}={v}" for k, v in kw.items())
+    return (LOAD + PROMPTS + "from minispec.engine import Engine, Request\n" + f"d = {draft}\n"
+            f"outs = Engine(t, d, gamma=4{args}).run([Request(x, 32) for x in p])\n"
+            "assert [o.tokens for o in outs] == minispec.generate(t, p, 32).tokens, 'the tokens changed'\n")
+
+
+# name: (file, the snippet replaced (must occur exactly once), its wrong version, the tests one of which must fail,
+#        a probe (Python run in the copy) that must pass with it: the output stays exact (greedy tokens equal plain
+#        greedy decoding's); None for the random-number ones, whose exactness is a distribution's)
 MUTANTS = {
     "draft cache not compacted after a tree step": (
-        "minispec/drafts/model.py", "        self.cache.compact(root, slots)", "        pass",
-        ["tests/drafts/test_tokens_per_step.py"]),
+        "minispec/drafts/model.py", "self.cache.compact(root, slots)", "pass",
+        step_tests("every_proposal and model and static"), speculative(TREE)),
     "static tree: the draft's mask plain causal (nodes see their cousins)": (
         "minispec/drafts/tree.py", "mask = TreeMask(self.root + 1, positions[:, :hi], anc[:, lo:hi, :hi])",
         "mask = TreeMask(self.root + 1, positions[:, :hi], torch.ones(hi, hi, dtype=torch.bool, device=dev)"
         ".tril()[lo:hi].expand(B, -1, -1))",
-        ["tests/drafts/test_tokens_per_step.py"]),
+        step_tests("every_proposal and model and static"), speculative(TREE)),
     "dynamic tree: the draft's mask plain causal (nodes see their cousins)": (
         "minispec/drafts/tree.py", "TreeMask(self.root + 1, positions, vis[:, f:])",
         "TreeMask(self.root + 1, positions, torch.ones(f + k, f + k, dtype=torch.bool, device=dev)"
         ".tril()[f:].expand(B, -1, -1))",
-        ["tests/drafts/test_tokens_per_step.py"]),
+        step_tests("every_proposal and model and dynamic"),
+        speculative(f"minispec.TreeDraft({SMALL}, budget=12, depth=4, topk=3)")),
     "EAGLE hot vocabulary: the draft -> target id map shifted by one": (
         "minispec/drafts/eagle.py", "full.index_copy_(-1, self.draft.hot, logits)",
         "full.index_copy_(-1, self.draft.hot.roll(1), logits)",
-        ["tests/drafts/test_tokens_per_step.py"]),
+        step_tests("every_proposal and hot and chain"), speculative(EAGLE.format(", hot_vocab=96"))),
     "EAGLE tree: draft nodes' positions shifted by one": (
         "minispec/drafts/eagle.py", "tree = TreeMask(tree.base - 1, tree.positions - 1, tree.visible)",
         "tree = TreeMask(tree.base - 1, tree.positions, tree.visible)",
-        ["tests/drafts/test_tokens_per_step.py"]),
+        step_tests("every_proposal and greedy and eagle and not hot and static"),
+        speculative(f"minispec.TreeDraft({EAGLE.format('')}, branching=(2, 2, 1))")),
     "EAGLE tree: positions below depth 1 shifted by one": (
         "minispec/drafts/eagle.py", "tree = TreeMask(tree.base - 1, tree.positions - 1, tree.visible)",
         "tree = TreeMask(tree.base - 1, tree.positions - 1 + (tree.positions > tree.base[:, None]), tree.visible)",
-        ["tests/drafts/test_tokens_per_step.py"]),
+        step_tests("every_proposal and greedy and eagle and not hot and static"),
+        speculative(f"minispec.TreeDraft({EAGLE.format('')}, branching=(2, 2, 1))")),
     "Philox counter: the position folded into the index word (numbers reused across steps)": (
         "minispec/decoding/sampling.py",
         "counter = torch.stack([j.expand(len(keys), n), position[:, None].expand(-1, n),",
         "counter = torch.stack([j + position[:, None], torch.zeros_like(position[:, None]).expand(-1, n),",
-        ["tests/decoding/test_random_numbers_once.py"]),
+        ["tests/decoding/test_random_numbers_once.py"], None),
     "Philox counter: the stream dropped (the accept test reuses the draft's numbers)": (
         "minispec/decoding/sampling.py", "torch.full_like(position[:, None], stream).expand(-1, n),",
         "torch.zeros_like(position[:, None]).expand(-1, n),",
-        ["tests/decoding/test_random_numbers_once.py"]),
+        ["tests/decoding/test_random_numbers_once.py"], None),
+    "chain draft: one uniform for every position": (
+        "minispec/drafts/base.py", "xs.append(sample(qs[-1], None if u is None else u[:, i]))",
+        "xs.append(sample(qs[-1], None if u is None else u[:, 0]))",
+        step_tests("every_proposal and sampled and model and chain"), None),
+    "greedy static tree: every sibling the draft's first choice": (
+        "minispec/drafts/tree.py", "xs.append(top[:, up, rank[lo:hi]])", "xs.append(top[:, up, 0 * rank[lo:hi]])",
+        step_tests("every_proposal and greedy and model and static"),
+        speculative(TREE)),
+    # --- the engine (issue 33) -------------------------------------------------------------------------------------
+    "engine scheduler: rejected tokens' lookahead blocks kept (Scheduler.update's shrink skipped)": (
+        "minispec/engine/scheduler.py", "self.blocks.shrink(seq, seq.num_computed)", "pass",
+        [ENGINE, "-k", "blocks_its_kept_tokens_need"], engine(SMALL, block_size=4, num_blocks=200)),
+    "engine scheduler: new requests admitted in a step that preempted": (
+        "minispec/engine/scheduler.py", "and not plan.preempted and", "and",
+        [ENGINE, "-k", "admitted_in_a_step_that_preempted"], engine(SMALL, num_blocks=14)),
+    "engine EAGLE state: the target's features stored one position off": (
+        "minispec/engine/drafting.py", "PagedRows(self.feats, view, S).scatter_(1, t[..., None], features)",
+        "PagedRows(self.feats, view, S).scatter_(1, (t + 1).clamp_max(S - 1)[..., None], features)",
+        [ENGINE, "-k", "proposals and eagle"], engine(EAGLE.format(""), max_num_seqs=3)),
+    "engine EAGLE state: the next features' position one off": (
+        "minispec/engine/drafting.py", "run.pos = state.total - 1", "run.pos = state.total",
+        [ENGINE, "-k", "proposals and eagle"], engine(EAGLE.format(""), max_num_seqs=3)),
+    "engine draft model: a row's lag after a speculative step 1, not 2 (its last accepted token never read)": (
+        "minispec/engine/drafting.py", "s.lag = 2 if speculative else s.lag + 1",
+        "s.lag = 1 if speculative else s.lag + 1",
+        [ENGINE, "-k", "proposals and model"], engine(SMALL, max_num_seqs=3)),
 }
 
 
-def run(name: str, file: str, old: str, new: str, tests: list[str]) -> tuple[list[str], float]:
-    """The tests that fail with the wrong version; and the seconds it took."""
+def git(*args: str) -> str:
+    return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+
+
+def pytest(tmp: str, tests: list[str]) -> tuple[int, list[str], str]:
+    env = dict(os.environ, MINISPEC_EXPECT_PACKAGE=str(Path(tmp) / "minispec"), OMP_NUM_THREADS="1",
+               HF_HUB_OFFLINE="1")
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-rf", "-p", "no:cacheprovider", "-p",
+                          "no:xdist", *tests], cwd=tmp, env=env, capture_output=True, text=True)
+    failed = sorted(set(re.findall(r"^FAILED (.+?)(?: - .*)?$", out.stdout, re.M)))
+    return out.returncode, failed, out.stdout[-3000:] + out.stderr[-3000:]
+
+
+def probe(tmp: str, code: str) -> tuple[bool, str]:
+    env = dict(os.environ, MINISPEC_EXPECT_PACKAGE=str(Path(tmp) / "minispec"), OMP_NUM_THREADS="1",
+               HF_HUB_OFFLINE="1", PYTHONPATH=tmp)
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp, env=env, capture_output=True, text=True)
+    return out.returncode == 0, out.stderr[-2000:]
+
+
+def run(name: str, file: str, old: str, new: str, tests: list[str], exact: str | None) -> dict:
+    """Apply one wrong version in a copy of the working tree and run its tests (and, given, its exactness probe)."""
     with tempfile.TemporaryDirectory() as tmp:
         for part in ("minispec", "tests"):  # the tests run in the copy, so the copy is the package they import
             shutil.copytree(ROOT / part, Path(tmp) / part, ignore=shutil.ignore_patterns("__pycache__"))
@@ -72,35 +157,64 @@ def run(name: str, file: str, old: str, new: str, tests: list[str]) -> tuple[lis
         path = Path(tmp) / file
         text = path.read_text()
         if text.count(old) != 1:
-            raise SystemExit(f"{name}: the text to replace occurs {text.count(old)} times in {file}; update the script")
+            return {"file": file, "status": "target not found" if not text.count(old) else "target ambiguous",
+                    "fails": [], "snippet": old}
         path.write_text(text.replace(old, new))
-        env = dict(os.environ, MINISPEC_EXPECT_PACKAGE=str(Path(tmp) / "minispec"))
         start = time.perf_counter()
-        out = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", *tests],
-                             cwd=tmp, env=env, capture_output=True, text=True)
-        failed = sorted(set(re.findall(r"^FAILED (.+?)(?: - .*)?$", out.stdout, re.M)))
-        if out.returncode not in (0, 1, 2) or (out.returncode in (1, 2) and not failed):  # 2: stopped by -x
-            raise SystemExit(f"{name}: pytest did not run cleanly (exit {out.returncode}):\n"
-                             f"{out.stdout[-3000:]}{out.stderr[-3000:]}")
-        return failed, time.perf_counter() - start
+        code, failed, log = pytest(tmp, tests)
+        result = {"file": file, "fails": failed, "seconds": round(time.perf_counter() - start)}
+        if code not in (0, 1) or (code == 1 and not failed):
+            result.update(status="error", log=log)
+        else:
+            result["status"] = "caught" if failed else "SURVIVED"
+        if exact:
+            passed, log = probe(tmp, exact)
+            result["exact"] = passed
+            if not passed:
+                result["exact_log"] = log
+        return result
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="run the wrong versions whose name contains this")
     ap.add_argument("--tests", help="pytest arguments to run instead of each one's own tests, e.g. "
-                    "--tests='tests/drafts -m \"not slow\" -x'")
+                    "--tests='tests/drafts -m \"not slow\"'")
+    ap.add_argument("--exact", action="store_true", help="also check that each keeps greedy tokens exact (a probe)")
+    ap.add_argument("--jobs", type=int, default=1, help="wrong versions run at once (one core each)")
+    ap.add_argument("--record", action="store_true", help="write the results into results/cpu/mutation.json")
     args = ap.parse_args()
-    holes = 0
-    for name, (file, old, new, tests) in MUTANTS.items():
-        if args.only not in name:
-            continue
-        failed, seconds = run(name, file, old, new, shlex.split(args.tests) if args.tests else tests)
-        holes += not failed
-        print(f"{'caught' if failed else 'SURVIVED'}: {name} ({file}; {seconds:.0f} s)")
-        for test in failed:
+    chosen = {n: m for n, m in MUTANTS.items() if args.only in n}
+    with ThreadPoolExecutor(args.jobs) as pool:  # each wrong version runs in its own copy and processes
+        futures = {name: pool.submit(run, name, file, old, new, shlex.split(args.tests) if args.tests else tests,
+                                     exact if args.exact else None)
+                   for name, (file, old, new, tests, exact) in chosen.items()}
+    results, bad = {name: f.result() for name, f in futures.items()}, 0
+    for name, r in results.items():
+        file, old = chosen[name][:2]
+        ok = r["status"] == "caught" and r.get("exact", True)
+        bad += not ok
+        print(f"{r['status']}: {name} ({file}; {r.get('seconds', 0)} s)")
+        if r["status"] in ("target not found", "target ambiguous"):
+            print(f"    {r['status'].upper()}: {old!r} must occur exactly once in {file}; carry this wrong version "
+                  "over to the rewritten code")
+        for test in r["fails"]:
             print(f"    fails {test}")
-    sys.exit(1 if holes else 0)
+        if "exact" in r:
+            print(f"    greedy tokens still exact: {'yes' if r['exact'] else 'NO (exactness tests would see it)'}")
+            if not r["exact"]:
+                print(r["exact_log"])
+        if r["status"] == "error":
+            print(r["log"])
+    if args.record:
+        path = ROOT / "results" / "cpu" / "mutation.json"
+        data = json.loads(path.read_text()) if path.exists() else {}
+        dirty = git("status", "--porcelain", "--", *sorted({f for f, *_ in MUTANTS.values()}), "tests")
+        data["hand_mutants"] = {"commit": git("rev-parse", "HEAD"), "working_tree_clean": not dirty,
+                                "mutants": {n: {k: v for k, v in r.items() if not k.endswith("log")}
+                                            for n, r in results.items()}}
+        path.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    sys.exit(1 if bad else 0)
 
 
 if __name__ == "__main__":

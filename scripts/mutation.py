@@ -66,6 +66,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "mutants" / "tree"  # the exported commit; mutmut's own folder is WORK / "mutants"
 RESULT = ROOT / "results" / "cpu" / "mutation.json"
 EQUIVALENT = ROOT / "scripts" / "mutation_equivalent.txt"
+RECORD_EVERY_S = 600  # a running run rewrites the JSON this often
 MUTMUT = "3.8.1"  # the dev extra pins it: the private names below are this version's
 EXPORTED = ("minispec", "tests", "pyproject.toml")  # what the tests need of a commit
 STATUSES = {"killed": "killed", "survived": "survived", "timeout": "timeout", "no tests": "no_tests",
@@ -338,28 +339,38 @@ def run(args) -> None:
     if unknown:
         sys.exit(f"{unknown} not in [tool.mutmut] only_mutate at {commit[:12]}: add them there first")
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1")  # a child: one core
-    deadline = time.time() + args.minutes * 60 if args.minutes else None
-    print(f"mutmut {MUTMUT} at {commit[:12]}, {len(modules)} modules one after another, {args.max_children} "
-          f"children; log: {(WORK / 'run.log').relative_to(ROOT)}", flush=True)
-    for module in modules:  # one at a time: each module's entry is recorded as soon as it is done
-        cmd = [sys.executable, str(Path(__file__).resolve()), "_child", "--modules", module, "--sample",
-               str(args.sample), "--seed", str(args.seed), "--full-below", str(args.full_below), "--max-children",
-               str(args.max_children)] + (["--rerun-survivors"] if args.rerun_survivors else [])
-        start = time.time()
-        with open(WORK / "run.log", "a") as out:
-            proc = subprocess.Popen(cmd, cwd=WORK, env=env, stdout=out, stderr=subprocess.STDOUT)
+    deadline = time.time() + args.minutes * 60 if args.minutes else math.inf
+    # One mutmut run for all the modules: mutmut checks that their tests pass unmutated once per run (a full run of
+    # the selection, the costliest fixed part), then tests the mutants quickest first; the JSON is rewritten every
+    # few minutes, so a stopped run leaves its verdicts recorded.
+    cmd = [sys.executable, str(Path(__file__).resolve()), "_child", "--modules", *modules, "--sample",
+           str(args.sample), "--seed", str(args.seed), "--full-below", str(args.full_below), "--max-children",
+           str(args.max_children)] + (["--rerun-survivors"] if args.rerun_survivors else [])
+    print(f"mutmut {MUTMUT} at {commit[:12]} over {len(modules)} modules, {args.max_children} children; log: "
+          f"{(WORK / 'run.log').relative_to(ROOT)}", flush=True)
+    start = time.time()
+    with open(WORK / "run.log", "a") as out:
+        proc = subprocess.Popen(cmd, cwd=WORK, env=env, stdout=out, stderr=subprocess.STDOUT)
+        while True:
             try:
-                proc.wait(timeout=None if deadline is None else max(1.0, deadline - time.time()))
-            except (subprocess.TimeoutExpired, KeyboardInterrupt):
-                print("time is up: stopping (run the same command again to resume)", flush=True)
+                proc.wait(timeout=max(1.0, min(RECORD_EVERY_S, deadline - time.time())))
+                break
+            except subprocess.TimeoutExpired:
+                if time.time() >= deadline:
+                    print("time is up: stopping (run the same command again to resume)", flush=True)
+                    proc.send_signal(signal.SIGINT)
+                    proc.wait()
+                    break
+                if (WORK / "plan.json").exists():
+                    record(modules, quiet=True)
+            except KeyboardInterrupt:
                 proc.send_signal(signal.SIGINT)
                 proc.wait()
-        print(f"{module}: {time.time() - start:.0f} s", flush=True)
-        record([module])
-        if proc.returncode not in (0, -signal.SIGINT, 130):
-            sys.exit(f"mutmut stopped with exit code {proc.returncode}: see {WORK / 'run.log'}")
-        if deadline is not None and time.time() >= deadline:
-            break
+                break
+    print(f"{time.time() - start:.0f} s", flush=True)
+    record(modules)
+    if proc.returncode not in (0, -signal.SIGINT, 130):
+        sys.exit(f"mutmut stopped with exit code {proc.returncode}: see {WORK / 'run.log'}")
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> list[float] | None:
@@ -416,34 +427,46 @@ def summarise(module: str, plan: dict, meta: dict, described: dict, ran_on: dict
     return entry
 
 
-def record(modules: list[str] | None = None) -> None:
-    """Write the modules' entries of results/cpu/mutation.json from the export's mutmut folder."""
+def record(modules: list[str] | None = None, quiet: bool = False) -> None:
+    """Write the modules' entries of results/cpu/mutation.json from the export's mutmut folder (a running mutmut
+    may be writing a module's record: then it is read again)."""
+    for _attempt in range(5):
+        try:
+            return _record(modules, quiet)
+        except json.JSONDecodeError:
+            time.sleep(1)
+    _record(modules, quiet)
+
+
+def _record(modules: list[str] | None, quiet: bool) -> None:
     plans = json.loads((WORK / "plan.json").read_text())
     ran_on = json.loads((WORK / "ran_on.json").read_text()) if (WORK / "ran_on.json").exists() else {}
     data = json.loads(RESULT.read_text()) if RESULT.exists() else {}
-    eq, seen = equivalent_list(), set()
-    for module in modules or sorted(plans):
-        described = describe(WORK, module)
-        seen |= {d["fingerprint"] for d in described.values()}
-        data.setdefault("modules", {})[module] = summarise(module, plans[module], read_meta(WORK, module),
-                                                           described, ran_on, eq)
+    eq = equivalent_list()
+    data["about"] = ("scripts/mutation.py run; each module's commit is the one its mutants ran on (commits: "
+                     "how many ran on each, where more than one); the top-level commit is the checkout that wrote "
+                     "this file; results/cpu/mutation.md is rendered from it by scripts/mutation_report.py")
     data["commit"] = git("rev-parse", "HEAD")
     data["mutmut"], data["python"] = MUTMUT, platform.python_version()
     data["machine"] = f"{os.cpu_count()} CPU cores, {platform.machine()}, no GPU"
+    data["configured"] = configured(WORK)["only_mutate"]
+    data["tests"] = configured(WORK)["pytest_add_cli_args_test_selection"]
+    data.setdefault("modules", {})
+    for module in modules or sorted(plans):
+        described = describe(WORK, module)
+        entry = summarise(module, plans[module], read_meta(WORK, module), described, ran_on, eq)
+        seen = {d["fingerprint"] for d in described.values()}
+        stale = [name for digest, (name, _) in eq.items() if name.startswith(module_key(module) + ".")
+                 and digest not in seen]
+        if stale:
+            entry["stale_equivalent"] = stale  # listed for a function or change that is gone: re-triage
+        data["modules"][module] = entry
+        if not quiet:
+                print(f"{module}: {entry['run']} run of {entry.get('sampled', entry['generated'] - entry['device'])}, "
+                  f"killed {entry['killed']}, survived {entry['survived']} ({entry['equivalent']} equivalent), "
+                  f"score {entry['score']} {entry['ci95']}" + (f"; STALE equivalent entries: {stale}" if stale else ""))
     data["modules"] = dict(sorted(data["modules"].items()))
     RESULT.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
-    for module in modules or sorted(plans):
-        e = data["modules"][module]
-        print(f"{module}: {e['run']} run of {e.get('sampled', e['generated'] - e['device'])}, killed {e['killed']}, "
-              f"survived {e['survived']} ({e['equivalent']} equivalent), score {e['score']} {e['ci95']}")
-    stale = [name for digest, (name, _) in eq.items() if digest not in seen and module_key_in(name, modules, plans)]
-    if stale:
-        print("STALE entries in scripts/mutation_equivalent.txt (their function or change is gone: re-triage):\n  "
-              + "\n  ".join(stale))
-
-
-def module_key_in(name: str, modules, plans) -> bool:
-    return any(name.startswith(module_key(m) + ".") for m in (modules or plans))
 
 
 def survivors(args) -> None:

@@ -1,102 +1,109 @@
-"""The mutation score per module from a mutmut run, and every surviving mutant with its change.
+"""results/cpu/mutation.md from results/cpu/mutation.json, and from nothing else.
 
-    python scripts/mutation.py run --max-children 2   # mutmut over the decoding core (hours on 2 cores), then
-    python scripts/mutation_report.py                 # the table, from mutants/ as the last run left it
-    python scripts/mutation_report.py --survivors     # and each survivor's diff, marked where it is listed as
-                                                      # equivalent in scripts/mutation_equivalent.txt
+    python scripts/mutation.py run ...        # writes each module's entry of the JSON as it finishes
+    python scripts/hand_mutants.py --record   # writes the hand-made wrong versions' entry
+    python scripts/mutation_report.py         # this: the report (--check: fail if the committed one differs)
 
-Score = killed / (killed + survived), a mutant killed when a test fails (a timeout counts as killed: the mutant
-made a test hang). "no tests" mutants are in code no selected test runs; they are counted apart.
+Score = (killed + timeout) / (killed + timeout + survived - equivalent + no tests): a timeout counts as killed (the
+mutant made a test hang), a mutant no selected test reaches counts as missed, a survivor listed as equivalent (with
+its reason) counts as neither. Where a module ran a sample, the interval is Wilson's 95 % score interval for the
+module's score from that sample.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-KILLED, SURVIVED, NO_TESTS, TIMEOUT = {1, 3}, {0}, {5, 33}, {24, -24, 36, 152, 255}
+JSON = ROOT / "results" / "cpu" / "mutation.json"
+REPORT = ROOT / "results" / "cpu" / "mutation.md"
+OTHER = ("suspicious", "skipped", "interrupted", "segfault", "type_check")
 
 
-def equivalent() -> dict[str, tuple[str, str]]:
-    """Mutant name -> (the hash mutmut gave its function, why it cannot change behaviour), from
-    scripts/mutation_equivalent.txt ('name  @hash  # reason'). An edit of a function renumbers its mutants, so an
-    entry counts only while the function's hash is the one it was read with."""
-    path = ROOT / "scripts" / "mutation_equivalent.txt"
-    out = {}
-    for line in path.read_text().splitlines() if path.exists() else []:
-        if line.strip() and not line.startswith("#"):
-            head, _, why = line.partition("#")
-            name, digest = head.split()
-            out[name] = (digest.removeprefix("@"), why.strip())
-    return out
+def pct(x: float | None) -> str:
+    return "" if x is None else f"{100 * x:.1f}%"
 
 
-def results(mutants: Path) -> dict[str, tuple[dict[str, int | None], dict[str, str]]]:
-    """Module path -> ({mutant name: exit code (None: not run)}, {mutant name: its function's hash})."""
-    out = {}
-    for meta in sorted(mutants.rglob("*.py.meta")):
-        module = str(meta.relative_to(mutants)).removesuffix(".meta")
-        data = json.loads(meta.read_text())
-        codes, hashes = data["exit_code_by_key"], data["hash_by_function_name"]
-        out[module] = codes, {k: hashes.get(k.rpartition(".")[2].rpartition("__mutmut_")[0]) for k in codes}
-    return out
+def command(module: str, e: dict) -> str:
+    sample = f" --sample {e['fraction']} --seed {e['seed']}" if "fraction" in e else ""
+    return f"python scripts/mutation.py run --module {module}{sample}"
 
 
-def classify(code: int | None) -> str:
-    if code is None:
-        return "not run"
-    for name, codes in (("killed", KILLED), ("survived", SURVIVED), ("no tests", NO_TESTS), ("timeout", TIMEOUT)):
-        if code in codes:
-            return name
-    return "other"
+def render(data: dict) -> str:
+    mods = data.get("modules", {})
+    total = {k: sum(e.get(k, 0) for e in mods.values()) for k in
+             ("generated", "device", "run", "killed", "timeout", "survived", "equivalent", "no_tests", "not_run")}
+    commits = sorted({c for e in mods.values() for c in (e.get("commits") or {e["commit"]: 1}) if c})
+    out = [
+        "# Mutation testing",
+        "",
+        f"Rendered by `scripts/mutation_report.py` from `results/cpu/mutation.json` (written by "
+        f"`scripts/mutation.py`): mutmut {data.get('mutmut')}, Python {data.get('python')}, {data.get('machine')}. "
+        f"Each module ran on the commit named in its row (one exported with `git archive`, never a working tree), "
+        f"one mutant at a time (`--max-children 1`, one torch thread). Tests: "
+        + ", ".join(f"`{t}`" for t in data.get("tests", [])) + ", less the slow ones; each mutant runs the tests "
+        "that reach its function, quickest first, stopping at the first failure.",
+        "",
+        f"**What ran:** {len(mods)} of the {len(data.get('configured', []))} configured modules; "
+        f"{total['run']} mutants run of {total['generated']} generated in those modules "
+        f"({total['device']} device-keyword mutants counted apart, not run; the rest sampled where the row says). "
+        f"Commits: {', '.join(c[:12] for c in commits)}.",
+        "",
+        "| module | commit | generated | device | sampled | run | killed | timeout | survived | of which equivalent "
+        "| no tests | other | not run | score | 95% interval |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for module, e in mods.items():
+        commit = e["commit"][:12] if e.get("commit") else ""
+        if e.get("commits"):
+            commit += " (" + ", ".join(f"{n} on {c[:12]}" for c, n in e["commits"].items()) + ")"
+        sampled = f"{e['sampled']} ({e['fraction']:.0%}, seed {e['seed']})" if "fraction" in e else "all"
+        other = ", ".join(f"{e[k]} {k}" for k in OTHER if e.get(k)) or "0"
+        ci = f"{pct(e['ci95'][0])}-{pct(e['ci95'][1])}" if e.get("ci95") else ""
+        out.append(f"| {module} | {commit} | {e['generated']} | {e['device']} | {sampled} | {e['run']} | "
+                   f"{e['killed']} | {e['timeout']} | {e['survived']} | {e['equivalent']} | {e['no_tests']} | "
+                   f"{other} | {e['not_run']} | {pct(e['score'])} | {ci} |")
+    missing = [m for m in data.get("configured", []) if m not in mods]
+    if missing:
+        out += ["", "**Not run yet** (configured, no result in the JSON): " + ", ".join(f"`{m}`" for m in missing)
+                + "."]
+    out += ["", "Each row's command (resumable; `--minutes N` stops it in time):", "", "```"]
+    out += [command(m, e) for m, e in mods.items()] + ["python scripts/mutation_report.py", "```"]
+    hand = data.get("hand_mutants")
+    if hand:
+        out += ["", "## Wrong versions made by hand (`scripts/hand_mutants.py`)", "",
+                f"At {hand['commit'][:12]}: each is applied as a textual patch to a copy of the package and the tests "
+                "named with it run there; each must fail one.", "", "| wrong version | file | tests that fail |",
+                "| --- | --- | --- |"]
+        for name, h in hand["mutants"].items():
+            fails = "<br>".join(f"`{t}`" for t in h["fails"]) if h["fails"] else "**none: survived**"
+            out.append(f"| {name} | `{h['file']}` | {fails} |")
+    out += ["", "## Survivors", ""]
+    for module, e in mods.items():
+        if not e["survivors"] and not e.get("stale_equivalent"):
+            continue
+        out += [f"### {module}", ""]
+        for s in e["survivors"]:
+            tag = f"equivalent: {s['equivalent']}" if s["equivalent"] else "**survived: no test yet**"
+            out += [f"`{s['name']}` ({tag})", "", "```diff", *s["change"], "```", ""]
+        if e.get("stale_equivalent"):
+            out += ["Stale entries in scripts/mutation_equivalent.txt (function or change gone; re-triage): "
+                    + ", ".join(f"`{n}`" for n in e["stale_equivalent"]), ""]
+    return "\n".join(out).rstrip() + "\n"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mutants", type=Path, default=ROOT / "mutants", help="mutmut's folder (default: ./mutants)")
-    ap.add_argument("--survivors", action="store_true", help="print each survivor's diff")
+    ap.add_argument("--check", action="store_true", help="exit 1 if results/cpu/mutation.md is not the rendering")
     args = ap.parse_args()
-    if not args.mutants.is_dir():
-        sys.exit(f"{args.mutants} does not exist: run python scripts/mutation.py run first")
-    eq, table, survivors, current = equivalent(), results(args.mutants), [], set()
-    print("| module | mutants | killed | survived | of which equivalent | no tests | score "
-          "| score, equivalent left out |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    total = Counter()
-    for module, (codes, hashes) in table.items():
-        c = Counter(classify(v) for v in codes.values())
-        c["killed"] += c.pop("timeout", 0)
-        lived = [k for k, v in codes.items() if classify(v) == "survived"]
-        current |= {k for k in lived if k in eq and eq[k][0] == hashes[k]}  # listed for the function as it is
-        c["equivalent"] = sum(k in current for k in lived)
-        survivors += [(module, k) for k in lived]
-        total += c | Counter(mutants=len(codes))
-        print(row(module, c, len(codes)))
-    print(row("**all**", total, total["mutants"]))
-    if total["not run"]:
-        print(f"\n{total['not run']} mutants were not run (an interrupted run): the score counts the others.")
-    if args.survivors:
-        os.chdir(args.mutants.parent)  # mutmut reads its configuration from the project's pyproject.toml
-        from mutmut.__main__ import get_diff_for_mutant
-
-        for module, name in survivors:
-            diff = get_diff_for_mutant(name, path=Path(module))
-            change = [line for line in diff.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
-            tag = (f"EQUIVALENT ({eq[name][1]})" if name in current else "SURVIVED (listed as equivalent for an "
-                   "earlier version of its function: read it again)" if name in eq else "SURVIVED")
-            print(f"\n{tag}: {name}\n" + "\n".join(change))
-
-
-def row(name: str, c: Counter, n: int) -> str:
-    killed, lived, eq = c["killed"], c["survived"], c["equivalent"]
-    score = f"{killed / (killed + lived):.1%}" if killed + lived else ""
-    strict = f"{killed / (killed + lived - eq):.1%}" if killed + lived - eq else ""
-    return f"| {name} | {n} | {killed} | {lived} | {eq} | {c['no tests']} | {score} | {strict} |"
+    text = render(json.loads(JSON.read_text()))
+    if args.check:
+        sys.exit(0 if REPORT.exists() and REPORT.read_text() == text else f"{REPORT} is not rendered from {JSON}")
+    REPORT.write_text(text)
+    print(f"wrote {REPORT.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":
