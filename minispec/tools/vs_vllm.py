@@ -66,7 +66,7 @@ class VsConfig:
     static_min: int = 8  # requests per static batch size at least (rounds of B, one after another)
     gamma: int = 4  # K: draft tokens per step, both engines
     ngram: tuple[int, int] = (4, 2)  # prompt lookup's largest and smallest n-gram (vLLM's prompt_lookup_max/min)
-    lookup_rule: str | None = None  # PromptLookupDraft's rule= where it has one ("vllm"); None: its default
+    lookup_rule: str = "vllm"  # PromptLookupDraft's rule: "vllm" drafts as vLLM's ngram does; "latest": minispec's
     k_table: str | None = "measure"  # None, "measure" (minispec bench --vllm, here) or a JSON file of vLLM's keys
     temperature: float = 0.0
     max_num_seqs: int = 64
@@ -320,6 +320,8 @@ def cli_config(args) -> tuple[VsConfig, str]:
                        ("exclude", args.exclude and floats(args.exclude, "--exclude", 2))):
         if value is not None:
             kw[key] = value
+    if args.requests is not None:
+        kw["min_requests"], kw["max_requests"] = (int(x) for x in floats(args.requests, "--requests", 2))
     if args.k_table is not None:
         if args.k_table not in ("measure", "none") and not Path(args.k_table).is_file():
             raise ValueError(f"--k-table {args.k_table}: no such file (or measure, or none)")
@@ -334,8 +336,7 @@ def cli_config(args) -> tuple[VsConfig, str]:
                    ngram=tuple(int(x) for x in floats(args.ngram, "--ngram", 2)), lookup_rule=args.lookup_rule,
                    temperature=args.temperature, realtime=args.realtime, threads=threads,
                    vllm=VllmSettings(threads, args.vllm_omp, args.vllm_bind, not args.vllm_compile), **kw)
-    if args.lookup_rule is not None:
-        PromptLookupDraft(*cfg.ngram, rule=args.lookup_rule)  # raises where the rule is unknown
+    PromptLookupDraft(*cfg.ngram, rule=cfg.lookup_rule)  # raises where the rule is unknown
     if "smollm2" in cfg.workloads:
         resolve("smollm2-135m-instruct")  # raises, naming `minispec fetch smollm2`, when it is missing
     if "vllm" in cfg.engines and (why := available()) is not None:
@@ -354,6 +355,7 @@ def add_arguments(p) -> None:
     p.add_argument("--rates-pair", default=None, help=f"requests/s (default {','.join(map(str, RATES['pair']))})")
     p.add_argument("--seeds", default=None, help="request-sequence seeds (default 0,1,2)")
     p.add_argument("--window", type=float, default=None, help="seconds of arrivals at each rate (default 60)")
+    p.add_argument("--requests", default=None, help="MIN,MAX requests a rate (default 16,400)")
     p.add_argument("--exclude", default=None, help="shares of arrivals, first,last, not counted (default 0.1,0.1)")
     p.add_argument("--bisect", type=int, default=None, help="goodput bisection steps per seed (default 2)")
     p.add_argument("--static", default=None, help="static batch sizes, all at t=0 (default 1,8,32)")
@@ -361,7 +363,8 @@ def add_arguments(p) -> None:
     p.add_argument("--slo-pair", default=None, help="TTFT s,TPOT ms (default 1,50)")
     p.add_argument("--gamma", type=int, default=4, help="K, draft tokens per step in both engines (default 4)")
     p.add_argument("--ngram", default="4,2", help="prompt lookup's largest,smallest n-gram (default 4,2)")
-    p.add_argument("--lookup-rule", default=None, help="PromptLookupDraft's rule (e.g. vllm) where it has one")
+    p.add_argument("--lookup-rule", default="vllm", help="PromptLookupDraft's rule: vllm (the same proposals as "
+                   "vLLM's ngram; the default) or latest (minispec's own)")
     p.add_argument("--k-table", default=None, metavar="measure|FILE|none",
                    help="vLLM's num_speculative_tokens_per_batch_size on the pair, in both engines, beside a fixed K: "
                         "measure (minispec bench --vllm, at the start; the default, not with --quick), a JSON file "

@@ -117,8 +117,7 @@ def minispec_engines(w: dict, cfg, table: dict | None) -> dict[str, Engine]:
     common = dict(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
                   num_blocks=-(-cfg.kv_of(w["name"]) // 16))
     if w["draft"] is None:
-        rule = {} if cfg.lookup_rule is None else {"rule": cfg.lookup_rule}
-        spec = {"ngram": PromptLookupDraft(*cfg.ngram, **rule)}
+        spec = {"ngram": PromptLookupDraft(*cfg.ngram, rule=cfg.lookup_rule)}
     else:
         spec = {"draft": w["draft_model"]}
     engines = {"plain": Engine(w["target_model"], **common)}
