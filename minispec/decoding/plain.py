@@ -98,6 +98,21 @@ class DecodeState:
         self.eos = torch.tensor(eos, dtype=torch.long, device=self.device) if eos else None
         self.step = -1  # decode steps taken (-1 before the first token)
 
+    @classmethod
+    def of_rows(cls, seq: torch.Tensor, total: torch.Tensor, prompt_len: torch.Tensor, max_new: torch.Tensor,
+                longest: int) -> DecodeState:
+        """A state over rows whose tokens are on the device already (the engine's running rows): ``seq`` (B, S)
+        with ``total`` (B,) tokens each, of which ``prompt_len`` (B,) prompt, and ``max_new`` (B,) each row's
+        own limit; ``longest`` = max(total), host-side. EOS is left to the caller (the engine checks each row's
+        own set after the step)."""
+        state = cls.__new__(cls)
+        state.seq, state.total, state.prompt_len, state.max_new = seq, total, prompt_len, max_new
+        state.device, state.longest, state.slots, state.eos, state.step = seq.device, longest, seq.shape[1], None, 0
+        state.done = torch.zeros_like(total, dtype=torch.bool)  # (B,)
+        state.finish_step = torch.full_like(total, -1)  # (B,)
+        state.from_draft = torch.zeros_like(seq, dtype=torch.bool)  # (B, S)
+        return state
+
     @property
     def batch_size(self) -> int:
         return self.seq.shape[0]

@@ -72,21 +72,54 @@ class SamplingParams:
             raise ValueError(f"top_k must be an integer >= 1 or None, got {self.top_k!r}")
         if self.top_p is not None and not (0 < self.top_p <= 1):
             raise ValueError(f"top_p must be in (0, 1] or None, got {self.top_p!r}")
+        idle = [f"{k}={v!r}" for k, v in (("top_k", self.top_k), ("top_p", self.top_p)) if v is not None]
+        if self.temperature == 0 and idle:
+            import warnings
+
+            # stacklevel 1: one location for every caller (generate, the loop, the engine's requests), so Python's
+            # default filter shows a setting's warning once per process, not once per request or step
+            it = "them" if len(idle) > 1 else "it"
+            warnings.warn(f"{' and '.join(idle)} cannot act at temperature 0: greedy decoding takes the argmax of "
+                          f"the whole distribution; give a temperature > 0 to sample with {it}", UserWarning,
+                          stacklevel=1)
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0
 
 
-def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
+class RowParams(NamedTuple):
+    """Sampling settings per row, for a batch whose rows differ (the engine's): what :class:`SamplingParams` holds,
+    as tensors (B,), so one pass serves any mix. Build it with :meth:`of`. Row b's distribution is, bit for bit,
+    what ``probabilities`` gives that row's own :class:`SamplingParams` (tested)."""
+
+    temperature: torch.Tensor  # (B,) float32, 0 = greedy
+    top_k: torch.Tensor | None  # (B,) int64, 0 = off; None: no row has one
+    top_p: torch.Tensor | None  # (B,) float32, 1 = off; None: no row has one
+    greedy: bool  # every row greedy (host-side: a greedy batch draws no random numbers)
+
+    @classmethod
+    def of(cls, params: list[SamplingParams], device=None) -> RowParams:
+        t = torch.tensor([p.temperature for p in params], dtype=torch.float32, device=device)  # (B,)
+        k = [p.top_k or 0 for p in params] if any(p.top_k for p in params) else None
+        top = [1.0 if p.top_p is None else p.top_p for p in params] if any(p.top_p for p in params) else None
+        return cls(t, None if k is None else torch.tensor(k, device=device),
+                   None if top is None else torch.tensor(top, dtype=torch.float32, device=device),
+                   all(p.greedy for p in params))
+
+
+def probabilities(logits: torch.Tensor, params: SamplingParams | RowParams) -> torch.Tensor:
     """The sampling distribution (..., V), float32, for logits (..., V).
 
     Temperature 0 gives the one-hot distribution of the argmax, so greedy decoding is the
     temperature-0 case of the same code and nothing is ever divided by zero. The logits' maximum is
     subtracted before dividing by the temperature, so no temperature overflows them (logits / 1e-38
     would be inf, and softmax of inf is NaN): what is divided is <= 0, and the argmax gets exactly 0.
-    Tokens that top-k or top-p remove have probability exactly 0.
+    Tokens that top-k or top-p remove have probability exactly 0. With :class:`RowParams` (B,) the
+    first dimension of ``logits`` is the row.
     """
+    if isinstance(params, RowParams):
+        return _row_probabilities(logits, params)
     if params.greedy:
         return torch.zeros_like(logits, dtype=torch.float32).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
     logits = logits.float()  # (..., V)
@@ -103,6 +136,34 @@ def probabilities(logits: torch.Tensor, params: SamplingParams) -> torch.Tensor:
         probs = probs.scatter(-1, order, sorted_p.masked_fill(drop, 0.0))  # (..., V)
         probs = probs / probs.sum(-1, keepdim=True)
     return probs
+
+
+def _row_probabilities(logits: torch.Tensor, params: RowParams) -> torch.Tensor:
+    """:func:`probabilities` with each row's own settings: the same operations, row by row, in one batch.
+    Each row takes the same operations as alone (a temperature of 1 leaves the logits as they are), so a row gets
+    exactly what its own :class:`SamplingParams` gives."""
+    shape = (-1,) + (1,) * (logits.dim() - 1)  # broadcast (B,) over (B, ..., V)
+    t = params.temperature.view(shape)  # (B, 1...)
+    greedy = t == 0  # (B, 1...)
+    argmax = torch.zeros_like(logits, dtype=torch.float32).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
+    if params.greedy:
+        return argmax
+    z = logits.float()  # (..., V)
+    z = torch.where(t == 1, z, (z - z.amax(-1, keepdim=True)) / torch.where(greedy, 1.0, t))  # (..., V) as alone
+    if params.top_k is not None:
+        k = params.top_k.view(shape)  # (B, 1...) 0: off
+        kmax = min(int(params.top_k.max()), z.shape[-1])  # host sync: a shape (topk's k)
+        top = z.topk(kmax, dim=-1).values  # (..., kmax) descending
+        kth = top.gather(-1, (k.clamp(1, kmax) - 1).expand(*z.shape[:-1], 1))  # (..., 1) row b's k-th largest
+        z = z.masked_fill((z < kth) & (k > 0) & (k < z.shape[-1]), float("-inf"))
+    probs = z.softmax(-1)  # (..., V)
+    if params.top_p is not None:
+        top_p = params.top_p.view(shape)  # (B, 1...) 1: off
+        sorted_p, order = probs.sort(-1, descending=True)  # (..., V) each
+        drop = (sorted_p.cumsum(-1) - sorted_p >= top_p) & (top_p < 1)  # mass before a token reaches top_p
+        cut = probs.scatter(-1, order, sorted_p.masked_fill(drop, 0.0))  # (..., V)
+        probs = torch.where(top_p < 1, cut / cut.sum(-1, keepdim=True), probs)  # (..., V)
+    return torch.where(greedy, argmax, probs)  # (..., V)
 
 
 def sample(weights: torch.Tensor, u: torch.Tensor | None = None) -> torch.Tensor:

@@ -271,6 +271,16 @@ class _EagleRun(DraftRun):
             self.cache.rollback(state.prompt_len - 1)
         self.lag = 1  # pairs to (re)read at the next catch-up
 
+    @classmethod
+    def resume(cls, draft: EagleDraft, state: DecodeState, sampler: Sampler, cache, feats, lag: int) -> _EagleRun:
+        """A run over rows whose text the head has read already (the engine keeps its cache and the target's features
+        in its blocks, :mod:`minispec.engine.drafting`): nothing to read from a prompt; ``lag`` pairs to re-read."""
+        run = cls.__new__(cls)
+        DraftRun.__init__(run, sampler)
+        run.draft, run.model, run.state, run.features = draft, draft.model, state, draft.features
+        run.cache, run.feats, run.pos, run.lag = cache, feats, state.total - 1, lag
+        return run
+
     def _read(self, f: torch.Tensor, tokens: torch.Tensor):
         """Feed pairs of target features f (B, w, F) and next tokens (B, w): hidden states (B, w, C)."""
         return self.model(self.model.fuse(self.draft.embed(tokens), f, True), self.cache)

@@ -152,15 +152,10 @@ class PagedEagleDraft(PagedDraft):
         m(m.fuse(self.draft.embed(x), features, True), view)  # (B, T, C) pairs t of the chunk
 
     def run(self, state, sampler, rows, tables):
-        d = self.draft
-        run = _EagleRun.__new__(_EagleRun)  # assembled from the blocks, not from a prompt (see the module docstring)
-        DraftRun.__init__(run, sampler)
-        run.draft, run.model, run.state, run.features = d, d.model, state, d.features
-        run.cache = self.pool.view(tables, state.total - 1)
-        run.feats = PagedRows(self.feats, run.cache, state.slots)
-        run.pos = state.total - 1  # (B,) where the next target features go
-        run.lag = max(s.lag for s in rows)  # rows with a smaller lag re-read a few true pairs: harmless
-        return run
+        cache = self.pool.view(tables, state.total - 1)
+        # rows with a smaller lag than the batch's re-read a few true pairs: harmless
+        return _EagleRun.resume(self.draft, state, sampler, cache, PagedRows(self.feats, cache, state.slots),
+                                max(s.lag for s in rows))
 
     def after(self, run, rows, speculative):
         for s in rows:

@@ -130,12 +130,13 @@ class Engine:
     memory if more, and at least one such sequence). ``max_num_seqs`` requests run at once at most;
     ``max_num_batched_tokens`` the target reads per step at most (prefill chunks plus 1 + K per decoding row).
     ``rule``: the accept rule, as in ``speculative_generate`` (benchmarks of random weights swap in a synthetic
-    one; ``stats.synthetic`` says so).
+    one; ``stats.synthetic`` says so). ``attention``: how the step reads the paged KV (``"gather"``, the reference,
+    or ``"flex"``, FlexAttention through the block tables; :mod:`minispec.engine.attention`).
     """
 
     def __init__(self, target: Model, draft=None, gamma: int | str | GammaPolicy = 4, block_size: int = 16,
                  num_blocks: int | None = None, max_num_seqs: int = 64, max_num_batched_tokens: int = 2048, *,
-                 rule=accept_reject):
+                 rule=accept_reject, attention: str = "gather"):
         if not isinstance(target, Model):
             raise ValueError(f"target must be a minispec Model (minispec.load(...)[0]), got {type(target).__name__}")
         for name, v in (("block_size", block_size), ("max_num_seqs", max_num_seqs),
@@ -149,13 +150,18 @@ class Engine:
         self.width = 0 if self.draft is None else self.draft.width(G)  # the most lookahead slots a row takes
         if self.draft is not None:
             self.draft.check(target, 1)  # vocabulary, device, dtype: lengths are checked per request
+        if self.width >= target.config.max_position_embeddings:  # refused before anything is allocated
+            raise ValueError(f"gamma {G} drafts {self.width} tokens a step, which can never be used: the model has "
+                             f"{target.config.max_position_embeddings} positions in all")
         if max_num_batched_tokens < 1 + self.width:
             raise ValueError(f"max_num_batched_tokens ({max_num_batched_tokens}) must hold one decoding row's "
                              f"1 + {self.width} tokens")
         self.block_size, self.max_num_seqs = block_size, max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.num_blocks = num_blocks or self._default_blocks()
-        self.runner = ModelRunner(target, self.draft, self.num_blocks, block_size, rule)
+        length = target.config.max_position_embeddings + self.width + 2  # a row's tokens, and a step's new ones
+        self.runner = ModelRunner(target, self.draft, self.num_blocks, block_size, max_num_seqs, length, rule,
+                                  attention)
         self.stats, self.blocks = EngineStats(), BlockManager(self.num_blocks, block_size)
 
     def _default_blocks(self) -> int:
@@ -268,7 +274,7 @@ class Engine:
                                    f"{len(scheduler.waiting)} waiting, {blocks.num_free} free blocks)")
             result = self.runner.execute(plan)
             end = clock.now()
-            scheduler.update(plan, result.new, end)
+            self.runner.release(scheduler.update(plan, result.new, end))  # finished rows free their device rows
             if policy is not None and plan.gamma:
                 policy.observe(result.accepted_tokens, result.tested_tokens)
             stats.record(plan, result, end - now)
@@ -294,8 +300,10 @@ class _Clock:
 
     def wait_until(self, t: float) -> None:
         gap = t - self.now()
-        if gap > 0:
-            time.sleep(gap) if self.realtime else setattr(self, "skipped", self.skipped + gap)
+        if gap > 0 and self.realtime:
+            time.sleep(gap)
+        elif gap > 0:
+            self.skipped += gap
 
 
 def gamma_policy(gamma, target: Model, draft) -> GammaPolicy:

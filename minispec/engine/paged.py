@@ -1,19 +1,19 @@
-"""Attention through block tables: a KV cache whose slots live in blocks anywhere in one pool.
+"""The KV pool in blocks, and a padded view of it for the drafts: a KV cache whose slots live anywhere in one pool.
 
 :class:`PagedPool` holds the keys and values of every sequence, block by block:
 ``k[layer]`` is (P, K, D) with P = (num_blocks + 1) x block_size physical slots (the last block is
-the scratch block, see :mod:`minispec.engine.blocks`). For one step the runner takes a
-:class:`PagedCache` *view* of it for the rows it runs: their block tables (B, nb) and KV lengths
-(B,). The view speaks the protocol of :class:`minispec.model.kv_cache.KVCache` (``lengths``, ``begin``,
-``update``, ``end``, ``rollback``, ``trim``, ``compact``), so the model, the speculative step and
-every draft run on it unchanged.
+the scratch block, see :mod:`minispec.engine.blocks`). The target reads and writes it in one flattened
+pass per step (:mod:`minispec.engine.attention`). A draft that keeps KV of its own (a draft model, an
+EAGLE head) keeps it in a pool of its own, and runs on a :class:`PagedCache` *view* of it over the
+step's rows: their block tables (B, nb) and KV lengths (B,). The view speaks the protocol of
+:class:`minispec.model.kv_cache.KVCache` (``lengths``, ``begin``, ``update``, ``end``, ``rollback``,
+``trim``, ``compact``), so the model, the speculative step and every draft run on it unchanged, padded
+to the longest row as a static batch is.
 
-The gather: in each layer, :meth:`PagedCache.update` writes the step's keys and values into
+The view's gather: in each layer, :meth:`PagedCache.update` writes the step's keys and values into
 their physical slots, then gathers each row's logical slots 0..S'-1 into a dense (B, K, S', D)
-tensor for ``scaled_dot_product_attention``. That copy is the price of a plain-PyTorch engine. A
-fused paged-attention kernel (vLLM's PagedAttention, FlashAttention's ``block_table`` argument,
-FlashInfer) reads the pool through the block table inside the attention kernel instead; it would
-replace :meth:`PagedCache.update`'s return value, and nothing above it would change.
+tensor for ``scaled_dot_product_attention`` (the target's step does the same per row group, or reads
+the pool through the tables with FlexAttention).
 
 :class:`PagedRows` is the same idea for one vector per position (an EAGLE head's record of the
 target's features): a (B, S, F) tensor's ``gather`` and ``scatter_`` on dimension 1, through the

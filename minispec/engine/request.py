@@ -83,7 +83,6 @@ class Sequence:
     seed: int = 0  # 64-bit; fixed when the request is queued, so a preemption does not change its draws
     eos: frozenset[int] = frozenset()
     lag: int = 0  # tokens (pairs, for EAGLE) the draft re-reads at its next catch-up
-    alpha: tuple[float, ...] = ()  # simulator only: acceptance rate by draft position
     index: int = 0  # its place in the caller's list
     # Record:
     accepted: list[bool] = field(default_factory=list, repr=False)  # per output token

@@ -11,7 +11,9 @@ Each step (vLLM V1's scheduler, Kwon et al. 2023 and vllm/v1/core/sched/schedule
    their mean context (a fixed gamma, the roofline policy, or vLLM's batch-size table; 0 = off).
 2. Running rows first, oldest first, each charged to a token budget of ``max_num_batched_tokens``:
    a decoding row costs 1 + K tokens (its last token and K = gamma draft tokens: the target
-   verifies them all), a row still in prefill costs its next chunk of prompt (chunked prefill).
+   verifies them all; where fewer are left, a chain's draft is cut to fit, as vLLM cuts it, and a
+   tree's row waits a step; a chain never drafts more than max_new_tokens - 1, what a step can emit, as
+   ``speculative_generate`` caps it), a row still in prefill costs its next chunk of prompt (chunked prefill).
    Each gets KV slots for what it will write (:meth:`BlockManager.grow`); a decoding row's K are
    its *lookahead slots*.
 3. Out of blocks: the youngest running request is preempted (its blocks freed, its KV to be
@@ -39,7 +41,9 @@ from minispec.roofline.policy import GammaPolicy
 class StepPlan:
     """What one step runs."""
 
-    decode: list[Sequence] = field(default_factory=list)  # rows that decode: each feeds 1 + width tokens
+    decode: list[Sequence] = field(default_factory=list)  # rows that decode: row i feeds 1 + k[i] tokens
+    k: list[int] = field(default_factory=list)  # lookahead slots of each decoding row: width, or fewer where a
+    #                                             chain's draft was shortened to fit the token budget (vLLM's rule)
     gamma: int = 0  # draft tokens per decoding row (0: a plain step)
     width: int = 0  # lookahead slots per decoding row (gamma for a chain; a tree's node budget)
     prefill: list[tuple[Sequence, int]] = field(default_factory=list)  # rows in prefill and the slots each computes
@@ -48,7 +52,7 @@ class StepPlan:
     @property
     def tokens(self) -> int:
         """Tokens the target reads this step: vLLM's count against max_num_batched_tokens."""
-        return len(self.decode) * (1 + self.width) + sum(n for _, n in self.prefill)
+        return sum(1 + k for k in self.k) + sum(n for _, n in self.prefill)
 
 
 class Scheduler:
@@ -76,13 +80,22 @@ class Scheduler:
         plan = StepPlan()
         if decoding and self.policy is not None:
             context = sum(s.num_computed for s in decoding) / len(decoding)  # mean KV tokens per decoding row
-            plan.gamma = self.policy.choose(len(decoding), context if self.context else None)
+            plan.gamma = g = self.policy.choose(len(decoding), context if self.context else None)
+            if isinstance(g, bool) or not isinstance(g, int):  # as speculative_generate checks it
+                raise TypeError(f"{type(self.policy).__name__}.choose must return an int gamma, got {g!r}")
+            if not 0 <= g <= self.policy.gamma_max:
+                raise ValueError(f"{type(self.policy).__name__} chose gamma {g}, outside 0..gamma_max="
+                                 f"{self.policy.gamma_max}: the cache keeps lookahead slots for gamma_max")
             plan.width = self.width(plan.gamma) if plan.gamma else 0
         i = 0
         while i < len(self.running) and budget > 0:
             seq = self.running[i]
-            n = min(seq.prefill_end - seq.num_computed, budget) if seq.prefilling else 1 + plan.width
-            if n > budget:  # a decoding row does not fit what is left of the budget: it waits a step
+            chain = plan.width == plan.gamma
+            n = (min(seq.prefill_end - seq.num_computed, budget) if seq.prefilling else
+                 1 + min(plan.width, seq.max_new_tokens - 1) if chain else 1 + plan.width)  # no more than it can use
+            if n > budget and chain:  # a chain's draft is cut to what is left of the budget (vLLM's rule)
+                n = budget
+            elif n > budget:  # a tree's nodes do not fit what is left of the budget: the row waits a step
                 i += 1
                 continue
             while not self.blocks.can_grow(seq, seq.num_computed + n):
@@ -93,7 +106,11 @@ class Scheduler:
                     break
             else:
                 self.blocks.grow(seq, seq.num_computed + n)
-                (plan.prefill.append((seq, n)) if seq.prefilling else plan.decode.append(seq))
+                if seq.prefilling:
+                    plan.prefill.append((seq, n))
+                else:
+                    plan.decode.append(seq)
+                    plan.k.append(n - 1)
                 budget -= n
                 i += 1
         while (self.waiting and budget > 0 and not plan.preempted and len(self.running) < self.max_num_seqs):
@@ -116,15 +133,15 @@ class Scheduler:
         self.preemptions += 1
         self.waiting.appendleft(seq)
 
-    def update(self, plan: StepPlan, new: dict[int, tuple[list[int], list[bool]]], now: float) -> list[Sequence]:
-        """After a step: ``new[id(seq)]`` = (tokens, accepted flags) for each row that gained tokens (decoding rows,
+    def update(self, plan: StepPlan, new: dict[Sequence, tuple[list[int], list[bool]]], now: float) -> list[Sequence]:
+        """After a step: ``new[seq]`` = (tokens, accepted flags) for each row that gained tokens (decoding rows,
         and rows whose prefill just ended with their first token). Returns the rows that finished."""
         for seq, n in plan.prefill:
             seq.num_computed += n
         done = []
         for seq in plan.decode + [s for s, _ in plan.prefill]:
-            if id(seq) in new:
-                seq.append(*new[id(seq)], now)
+            if seq in new:
+                seq.append(*new[seq], now)
             if not seq.prefilling:
                 seq.num_computed = seq.num_tokens - 1  # the KV of every token but the last
                 self.blocks.shrink(seq, seq.num_computed)  # blocks of rejected tokens' lookahead slots go back

@@ -169,8 +169,8 @@ def simulate(requests: list[Request], steps: StepTimes, speculation: int | Gamma
         FixedPolicy(int(speculation)) if speculation else None)
     G = 0 if policy is None else policy.gamma_max  # the most draft tokens a step may test: lookahead slots
     requests = sorted((replace(r) for r in requests), key=lambda r: r.arrival_s)
-    seqs = [Sequence(r.prompt_tokens, r.output_tokens, r.arrival_s, num_tokens=r.prompt_tokens,
-                     alpha=tuple(acceptance(r.alpha, G))) for r in requests]  # checks every alpha first
+    seqs = [Sequence(r.prompt_tokens, r.output_tokens, r.arrival_s, num_tokens=r.prompt_tokens) for r in requests]
+    alphas = {s: acceptance(r.alpha, G) for r, s in zip(requests, seqs)}  # each row's rate by position; checks each
     budget = scheduler.kv_tokens if scheduler.kv_tokens is not None else steps.kv_budget(policy is not None)
     bs = scheduler.block_size
     need = max(r.prompt_tokens + r.output_tokens - 1 + G for r in requests)  # KV slots a request holds at most
@@ -203,10 +203,11 @@ def simulate(requests: list[Request], steps: StepTimes, speculation: int | Gamma
         t += dt
         trace.append(Step("decode" if B else "prefill", t, dt, B if B else len(plan.prefill), gamma if B else 0,
                           float(ctx.mean()) if B else 0.0, prompt))
-        alpha = np.array([s.alpha[:gamma] for s in plan.decode]).reshape(B, gamma)  # (B, gamma) by position
+        alpha = np.array([alphas[s][:gamma] for s in plan.decode]).reshape(B, gamma)  # (B, gamma) by position
         n = (rng.random((B, gamma)) < alpha).cumprod(axis=1).sum(axis=1)  # (B,) accepted: the run before a rejection
-        new = {id(s): ([0] * (k + 1), [True] * k + [False]) for s, k in zip(plan.decode, n.tolist())}  # + the target's
-        new |= {id(s): ([0], [False]) for s, k in plan.prefill if s.num_computed + k == s.prompt_len == s.num_tokens}
+        n = np.minimum(n, plan.k) if B else n  # (B,) a draft cut to fit the token budget proposed only k
+        new = {s: ([0] * (k + 1), [True] * k + [False]) for s, k in zip(plan.decode, n.tolist())}  # + the target's
+        new |= {s: ([0], [False]) for s, k in plan.prefill if s.num_computed + k == s.prompt_len == s.num_tokens}
         engine.update(plan, new, t)  # adds the tokens (up to each request's output length), frees blocks
         if policy is not None and gamma and B:
             policy.observe(int(n.sum()), int(np.minimum(n + 1, gamma).sum()))  # tested: up to the first rejection

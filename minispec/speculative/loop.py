@@ -28,7 +28,7 @@ from minispec.decoding.sampling import Sampler, SamplingParams, probabilities, p
 from minispec.decoding.stats import Timeline
 from minispec.decoding.timing import PhaseTimer
 from minispec.decoding.tree import tree_mask
-from minispec.drafts.base import DraftRun
+from minispec.drafts.base import DraftRun, Proposal
 from minispec.drafts.model import as_draft
 from minispec.drafts.tree import TreeDraft
 from minispec.model.llama import Model
@@ -49,30 +49,41 @@ def speculative_step(target: Model, t_cache, run: DraftRun, state: DecodeState, 
     each row proposed (B,).
     """
     with timer("draft"):
-        x, q, tree = run.propose(state, gamma)  # (B, T), q of each, the tree's shape (None: a chain)
+        proposal = run.propose(state, gamma)  # x (B, T), q of each, the tree's shape (None: a chain)
     with timer("verify"):
         root = t_cache.lengths.clone()  # (B,) the slot the root (each row's last token) goes to
-        mask = None if tree is None else tree_mask(tree, root)
-        out = target(torch.cat([state.last(1), x], 1), t_cache, tree=mask, features=run.features)
+        mask = None if proposal.tree is None else tree_mask(proposal.tree, root)
+        out = target(torch.cat([state.last(1), proposal.x], 1), t_cache, tree=mask, features=run.features)
         logits, h = out if run.features else (out, None)  # (B, T+1, V), (B, T+1, F)
         p = probabilities(logits, sampler.params)  # (B, T+1, V)
     with timer("accept"):
-        u = sampler.accept_uniforms(state.total, x.shape[1])  # (B, T) one uniform per draft token
-        draw = lambda w: sampler.draw(w, state.total)  # noqa: E731 the target's draw: a correction or bonus
-        if tree is None:
-            accepted, t = rule(p, q, x, u, draw)  # (B, T), (B,)
-            path, rank = torch.where(accepted, torch.arange(1, x.shape[1] + 1, device=x.device), -1), None  # (B, T)
-        else:
-            path, rank, t = verify_tree(p, q, x, tree, u, draw, sampler.params.greedy)  # (B, depth) each, (B,)
-            t_cache.compact(root, path)  # the accepted path's KV next to the prefix; the rest is stale
-        n = (path > 0).sum(1)  # (B,) draft tokens accepted
-        new = torch.cat([x.gather(1, (path - 1).clamp_min(0)), t[:, None]], 1)  # (B, depth+1) the path's tokens
-        new = new.scatter(1, n[:, None], t[:, None])  # (B, depth+1) then t after each row's last accepted
-        state.emit(new, n + 1, drafted=torch.arange(new.shape[1], device=x.device) < n[:, None])  # x's, then t
+        path, rank = accept(proposal, p, h, run, state, sampler, rule, lambda path: t_cache.compact(root, path))
         t_cache.rollback(state.total - 1)  # keep what was accepted; finished rows stay put
-        kept = torch.cat([torch.zeros_like(path[:, :1]), path.clamp_min(0)], 1)  # (B, 1+depth) root, then the path
-        run.verified(path, n, None if h is None else h.gather(1, kept[..., None].expand(-1, -1, h.shape[-1])))
-    return path, rank, proposed(q).sum(1)
+    return path, rank, proposed(proposal.q).sum(1)
+
+
+def accept(proposal: Proposal, p: torch.Tensor, h: torch.Tensor | None, run: DraftRun, state: DecodeState,
+           sampler: Sampler, rule=accept_reject, compact=None):
+    """The verified step's second half, shared with the engine: given the target's p (B, T+1, V) at the root and
+    each draft token (and its features h there, or None), accept a prefix (a tree path) per row, append the
+    accepted tokens and one more to ``state``, move a tree's accepted path's KV next to its prefix
+    (``compact(path)``), and tell the draft what was kept. Returns path (B, depth) and rank (B, depth) or None."""
+    x, q, tree = proposal
+    u = sampler.accept_uniforms(state.total, x.shape[1])  # (B, T) one uniform per draft token
+    draw = lambda w: sampler.draw(w, state.total)  # noqa: E731 the target's draw: a correction or bonus
+    if tree is None:
+        accepted, t = rule(p, q, x, u, draw)  # (B, T), (B,)
+        path, rank = torch.where(accepted, torch.arange(1, x.shape[1] + 1, device=x.device), -1), None  # (B, T)
+    else:
+        path, rank, t = verify_tree(p, q, x, tree, u, draw, sampler.params.greedy)  # (B, depth) each, (B,)
+        compact(path)  # the accepted path's KV next to the prefix; the rest is stale
+    n = (path > 0).sum(1)  # (B,) draft tokens accepted
+    new = torch.cat([x.gather(1, (path - 1).clamp_min(0)), t[:, None]], 1)  # (B, depth+1) the path's tokens
+    new = new.scatter(1, n[:, None], t[:, None])  # (B, depth+1) then t after each row's last accepted
+    state.emit(new, n + 1, drafted=torch.arange(new.shape[1], device=x.device) < n[:, None])  # x's, then t
+    kept = torch.cat([torch.zeros_like(path[:, :1]), path.clamp_min(0)], 1)  # (B, 1+depth) root, then the path
+    run.verified(path, n, None if h is None else h.gather(1, kept[..., None].expand(-1, -1, h.shape[-1])))
+    return path, rank
 
 
 @torch.inference_mode()
@@ -92,13 +103,28 @@ def speculative_generate(target: Model, draft, prompts, gamma: int | str | Gamma
     the course swap in others, and the stats say ``synthetic`` for a rule marked so). Returns the same
     :class:`GenerationResult` as :func:`minispec.generate`, with speculative stats and ``.accepted``
     marking accepted draft tokens.
+
+    Gamma is capped at what the call can use, ``max_new_tokens - 1`` (every token but the prefill's first comes
+    from a step, so a step never emits more; the length checks keep that within the target's and the draft's
+    positions less the longest prompt): a larger fixed gamma drafts at most that many, with one UserWarning when
+    the caller set it (10**6 with 8 new tokens drafts 7 a step, not a million); a policy's choices are capped the
+    same way, silently. The tokens are those the larger gamma would give: its extra draft tokens are never emitted.
     """
     draft = as_draft(draft)
+    stated = gamma
     if gamma is None:  # a tree's own depth, else a chain of 4
         gamma = draft.depth if isinstance(draft, TreeDraft) else 4
     policy = _policy(gamma)
-    G = AUTO_GAMMA_MAX if policy is None else policy.gamma_max
     prompts, eos = check_request(target, prompts, max_new_tokens, eos_token_id)
+    usable = max(1, max_new_tokens - 1)  # draft tokens a step can ever emit: all but the prefill's token
+    if isinstance(gamma, int) and gamma > usable:
+        if stated is not None:
+            warnings.warn(f"gamma {gamma} is more than this call can use: a step emits at most max_new_tokens - 1 = "
+                          f"{max_new_tokens - 1} tokens after the prefill's first, so each step drafts at most "
+                          f"{usable}", UserWarning, stacklevel=3)  # the caller's line, past inference_mode's wrapper
+        gamma, policy = usable, FixedPolicy(usable)
+    G = min(AUTO_GAMMA_MAX if policy is None else policy.gamma_max, usable)  # the most a step drafts (a
+    # policy still weighs every gamma up to its own gamma_max; what it chooses is capped below)
     state = DecodeState(prompts, max_new_tokens, eos, target.device, slack=draft.width(G) + 1)
     draft.check(target, state.slots - draft.width(G) - 1)
     if policy is None:  # validated above; now the device's ceilings (a preset, or one calibration per process)
@@ -107,7 +133,8 @@ def speculative_generate(target: Model, draft, prompts, gamma: int | str | Gamma
                           "(about a second); call minispec.roofline.hardware.calibrate() beforehand to do it up front",
                           stacklevel=2)
         hardware = device_hardware(target.device, target.dtype)
-        policy = auto_policy(ModelShape.from_model(target), draft.shape, hardware, gamma_max=G, **_tree_of(draft))
+        policy = auto_policy(ModelShape.from_model(target), draft.shape, hardware, gamma_max=AUTO_GAMMA_MAX,
+                             **_tree_of(draft))
     policy.start()
     sampler = Sampler(SamplingParams(temperature, top_k, top_p), seed, state.batch_size, target.device)
     timeline, timer = Timeline(), PhaseTimer(target.device)
@@ -125,9 +152,9 @@ def speculative_generate(target: Model, draft, prompts, gamma: int | str | Gamma
         if isinstance(g, bool) or not isinstance(g, int):  # a float would fail deep inside the draft
             raise TypeError(f"{type(policy).__name__}.choose must return an int gamma, got {g!r} "
                             f"({type(g).__name__})")
-        if not 0 <= g <= G:
-            raise ValueError(f"{type(policy).__name__} chose gamma {g}, outside 0..gamma_max={G}: the cache keeps "
-                             f"{draft.width(G)} spare slots per row")
+        if not 0 <= g <= policy.gamma_max:
+            raise ValueError(f"{type(policy).__name__} chose gamma {g}, outside 0..gamma_max={policy.gamma_max}")
+        g = min(g, G)  # no more than the call can use (the cache keeps draft.width(G) spare slots per row)
         if g == 0:  # speculation off: a plain target step; the draft falls one more token behind
             with timer("decode"):
                 run.skipped(decode_step(target, t_cache, state, sampler, draft.features))

@@ -5,6 +5,7 @@ import torch
 
 import minispec
 from conftest import random_model
+from minispec.decoding.plain import DecodeState
 from minispec.decoding.sampling import Sampler, SamplingParams
 from minispec.drafts.model import ModelDraft
 from minispec.engine import Engine, Request
@@ -12,7 +13,6 @@ from minispec.engine.blocks import BlockManager
 from minispec.engine.drafting import PagedModelDraft
 from minispec.engine.paged import PagedPool
 from minispec.engine.request import Sequence
-from minispec.engine.runner import BatchState
 from minispec.engine.scheduler import Scheduler
 from minispec.roofline.policy import FixedPolicy
 
@@ -88,20 +88,20 @@ def test_the_scheduler_by_hand():
     plan = sched.schedule()
     assert [(s, n) for s, n in plan.prefill] == [(a, 6), (b, 9), (c, 5)] and plan.tokens == 20 and not plan.decode
     assert [len(s.block_table) for s in (a, b, c)] == [2, 3, 2] and list(sched.waiting) == [d]
-    sched.update(plan, {id(s): ([0], [False]) for s in (a, b, c)}, 1.0)  # the first tokens
+    sched.update(plan, {s: ([0], [False]) for s in (a, b, c)}, 1.0)  # the first tokens
     plan = sched.schedule()
     assert (plan.decode, plan.gamma, plan.width, plan.preempted, plan.tokens) == ([a, b], 3, 3, [c], 8)
     assert [len(s.block_table) for s in (a, b, c)] == [3, 4, 0] and list(sched.waiting) == [c, d]
-    sched.update(plan, {id(a): ([0], [False]), id(b): ([0] * 4, [True] * 3 + [False])}, 2.0)
+    sched.update(plan, {a: ([0], [False]), b: ([0] * 4, [True] * 3 + [False])}, 2.0)
     assert (a.num_computed, len(a.block_table), b.num_computed, len(b.block_table)) == (7, 2, 13, 4)
     assert blocks.num_free == 2 and c.preemptions == 1 and c.num_tokens == 6 and c.prefill_end == 5
     plan = sched.schedule()
     assert (plan.decode, plan.prefill, plan.preempted, blocks.num_free) == ([a, b], [], [], 0)
-    assert sched.update(plan, {id(a): ([0], [False]), id(b): ([0] * 4, [True] * 4)}, 3.0) == [b]  # B: its 9 tokens
+    assert sched.update(plan, {a: ([0], [False]), b: ([0] * 4, [True] * 4)}, 3.0) == [b]  # B: its 9 tokens
     assert blocks.num_free == 6 and b.finish_reason == "length" and b.block_table == []  # B its 5, A 1 of 3
     plan = sched.schedule()
     assert plan.prefill == [(c, 5), (d, 4)] and plan.decode == [a] and sched.preemptions == 1
-    sched.update(plan, {id(a): ([0], [False]), id(d): ([0], [False])}, 4.0)
+    sched.update(plan, {a: ([0], [False]), d: ([0], [False])}, 4.0)
     assert (c.num_computed, c.num_tokens, c.prefilling, d.num_tokens) == (5, 6, False, 5)
 
 
@@ -135,7 +135,11 @@ def test_a_draft_model_catches_up_rows_of_different_lags():
     keeper = PagedModelDraft(ModelDraft(draft), draft, num_blocks=8, block_size=4)
     rows = [Sequence(3, 10, tokens=[5, 6, 7, 8, 9], num_tokens=5, block_table=[3, 1], lag=2),
             Sequence(2, 10, tokens=[1, 2, 3, 4, 5, 6, 7], num_tokens=7, block_table=[0, 6], lag=5)]
-    state, tables = BatchState(rows, 5, "cpu"), torch.tensor([[3, 1, 8], [0, 6, 8]])
+    seq = torch.zeros(2, 12, dtype=torch.long)  # (B, S) the rows' tokens, then room for a step's new ones
+    for b, s in enumerate(rows):
+        seq[b, : s.num_tokens] = torch.tensor(s.tokens)
+    state = DecodeState.of_rows(seq, torch.tensor([5, 7]), torch.tensor([3, 2]), torch.tensor([10, 10]), 7)
+    tables = torch.tensor([[3, 1, 8], [0, 6, 8]])
     read = torch.tensor([5 - 2, 7 - 5])  # what each row's draft KV already holds
     with torch.inference_mode():
         cache = keeper.pool.view(tables, torch.zeros(2, dtype=torch.long))

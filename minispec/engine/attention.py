@@ -1,0 +1,137 @@
+"""The engine's step in one target pass: every token of the step flattened, attention through the block tables.
+
+A step's tokens (each prefill chunk, each decoding row's last token and its draft tokens) are one vector
+(N,), as vLLM V1 and nano-vllm run them: the model's matmuls see N tokens and no padding. Each token
+carries its position and its physical KV slot (``slots``, the slot mapping), so the new keys and values go
+straight into the pool. Attention is per row, over the row's own slots: rows are *groups* (all decoding
+rows in one, each prefill chunk alone, so a 500-token chunk never pads 64 decoding rows to 500), and a
+group's queries are gathered from the N tokens into (R, T) (padding repeats a real token; its output is
+dropped), its keys and values read through its block tables.
+
+How the keys and values are read is the ``attention`` backend (:data:`ATTENTION`):
+
+  gather  copy each row's slots 0..S-1 into a dense (R, K, S, D) tensor and call SDPA: the reference, and on
+          this project's 2-core CPU the fastest (measured, see results/cpu/engine_attention.txt)
+  flex    FlexAttention over the whole pool with a block mask built from the tables (PyTorch's own route to
+          paged attention: no copy; ``torch.compile`` it on a GPU, where it becomes one fused kernel)
+
+Both are tested equal to each other (logits within float tolerance, greedy tokens identical) on steps that
+mix prefill chunks, decoding rows, draft tokens and trees.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+from minispec.engine.paged import PagedPool
+
+ATTENTION = ("gather", "flex")
+
+
+class Group(NamedTuple):
+    """Rows whose queries are attended together: (R, T) queries over S logical slots each."""
+
+    query: torch.Tensor  # (R, T) each query's index among the step's N tokens (padding: a real one, repeated)
+    valid: torch.Tensor  # (R, T) bool: a real query
+    tables: torch.Tensor  # (R, nb) block tables, the scratch block past each row's blocks
+    masks: dict  # {window: (R, 1, T, S) bool} what each query sees, by logical slot
+    read: torch.Tensor  # (R, S) the physical slot of each row's logical slots 0..S-1
+    dest: torch.Tensor  # (M,) the step indices of the real queries, row by row
+    keep: torch.Tensor  # (M,) where they are in the group's flattened (R T) queries
+
+
+def group(query: torch.Tensor, valid: torch.Tensor, tables: torch.Tensor, masks: dict, block_size: int) -> Group:
+    """A :class:`Group` of rows: their queries (R, T) and validity, block tables (R, nb) and masks over S slots."""
+    S = next(iter(masks.values())).shape[-1]
+    logical = torch.arange(S, device=query.device)  # (S,)
+    block = tables.gather(1, (logical // block_size).clamp_max(tables.shape[1] - 1).expand(len(tables), -1))  # (R, S)
+    flat = valid.flatten()  # (R T,)
+    return Group(query, valid, tables, masks, block * block_size + logical % block_size, query.flatten()[flat],
+                 flat.nonzero()[:, 0])
+
+
+class PagedStep:
+    """The step's attention, as a cache :meth:`minispec.model.llama.Model.forward` accepts (``attends``): it brings
+    each token's position, writes every layer's new keys and values into their slots, and attends each group."""
+
+    attends = True
+
+    def __init__(self, pool: PagedPool, positions: torch.Tensor, slots: torch.Tensor, groups: list[Group],
+                 attention: str = "gather", compiled: bool | None = None):
+        """``compiled``: compile FlexAttention (default: on a GPU)."""
+        if attention not in ATTENTION:
+            raise ValueError(f"attention must be one of {ATTENTION}, got {attention!r}")
+        self.pool, self.positions, self.slots, self.groups = pool, positions, slots, groups  # (1, N), (N,)
+        self.read = self._gather if attention == "gather" else self._flex
+        self.compiled = positions.device.type == "cuda" if compiled is None else compiled
+        self._blocks = {}  # flex: the block mask of each (group, window), built once per step
+
+    def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int | None):
+        """q (1, H, N, D), k and v (1, K, N, D) of one layer: write k, v into the pool, return (1, H, N, D)."""
+        _, H, N, D = q.shape
+        K = k.shape[1]
+        for buf, new in ((self.pool.k[layer], k), (self.pool.v[layer], v)):
+            buf.view(-1, K * D).index_copy_(0, self.slots, new[0].transpose(0, 1).reshape(N, K * D))  # the new slots
+        out = q.new_empty(N, H, D)  # (N, H, D)
+        for i, g in enumerate(self.groups):
+            qg = q[0][:, g.query].transpose(0, 1)  # (R, H, T, D)
+            y = self.read(layer, qg, g, window, i)  # (R, H, T, D)
+            out.index_copy_(0, g.dest, y.transpose(1, 2).flatten(0, 1)[g.keep])  # the real queries' outputs
+        return out.transpose(0, 1)[None]  # (1, H, N, D)
+
+    def _gather(self, layer, q, g, window, i):
+        """The reference: copy each row's slots into a dense tensor, then SDPA."""
+        k = self.pool.k[layer][g.read].transpose(1, 2)  # (R, K, S, D) the copy
+        v = self.pool.v[layer][g.read].transpose(1, 2)  # (R, K, S, D)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=g.masks[window], enable_gqa=q.shape[1] != k.shape[1])
+
+    def _flex(self, layer, q, g, window, i):
+        """FlexAttention over the whole pool (1, K, P, D): a block mask from the tables visits each row's own blocks
+        only, and a mask_mod maps a physical slot back to the row's logical slot for the causal or tree mask."""
+        if (i, window) not in self._blocks:
+            self._blocks[i, window] = _block_mask(g, g.masks[window], self.pool)
+        k = self.pool.k[layer].permute(1, 0, 2)[None].expand(len(q), -1, -1, -1)  # (R, K, P, D) a view, no copy
+        v = self.pool.v[layer].permute(1, 0, 2)[None].expand(len(q), -1, -1, -1)  # (R, K, P, D)
+        return flex_function(self.compiled)(q, k, v, block_mask=self._blocks[i, window],
+                                            enable_gqa=q.shape[1] != k.shape[1])
+
+    def end(self, T: int) -> None:
+        """The model's end of a call: nothing to move (the scheduler keeps each row's length)."""
+
+
+@functools.cache
+def flex_function(compiled: bool):
+    """``flex_attention``, compiled (one fused kernel: the engine compiles it on a GPU) or eager (on this project's
+    CPU compiling takes minutes, and the compiled kernel ran slower than the gather there:
+    results/cpu/engine_attention.txt)."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    return torch.compile(flex_attention, dynamic=False) if compiled else flex_attention
+
+
+def _block_mask(g: Group, mask: torch.Tensor, pool: PagedPool):
+    """The flex block mask of a group: row r visits the blocks of its table; within them, physical slot s is
+    logical slot index(r, s // bs) * bs + s % bs, visible where ``mask`` (R, 1, T, S) says."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    R, bs, nb = len(g.tables), pool.block_size, g.tables.shape[1]
+    P = pool.k.shape[1]
+    S = mask.shape[-1]
+    index = torch.full((R, P // bs), -1, dtype=torch.long, device=mask.device)  # (R, blocks) a block's index in r
+    index.scatter_(1, g.tables, torch.arange(nb, device=mask.device).expand(R, -1))
+    index[:, -1] = -1  # the scratch block belongs to no row
+    T = mask.shape[2]
+
+    def mask_mod(b, h, qi, kv):
+        logical = index[b, kv // bs] * bs + kv % bs  # the row's logical slot, < 0 outside its blocks
+        ok = (logical >= 0) & (logical < S)
+        return ok & mask[b, 0, qi, logical.clamp(0, S - 1)]
+
+    used = (index >= 0).sum(1)  # (R,)
+    order = torch.sort((index < 0).long(), dim=1, stable=True).indices  # (R, blocks) the row's blocks first
+    return BlockMask.from_kv_blocks(used[:, None, None].int(), order[:, None, None].int(), BLOCK_SIZE=(max(T, 1), bs),
+                                    mask_mod=mask_mod, seq_lengths=(T, P))

@@ -1,0 +1,142 @@
+"""The engine's step: one flattened target pass per step, attention through the block tables, per-row sampling,
+drafts cut to the token budget, acceptance counted up to an EOS."""
+
+import pytest
+import torch
+
+import minispec
+from conftest import random_model
+from minispec.engine import Engine, Request
+from minispec.model.load import sample_text
+from minispec.roofline.policy import FixedPolicy
+
+
+@pytest.fixture(scope="module")
+def pair():
+    target, _ = minispec.load("tiny-code-target")
+    draft, _ = minispec.load("tiny-code-draft")
+    text = sample_text("code")
+    return target, draft, [list(text[300 * i: 300 * i + 20 + 11 * i]) for i in range(6)]
+
+
+class Passes:
+    """Counts the target's forward passes and keeps each one's logits."""
+
+    def __init__(self, model):
+        self.calls, self.logits = 0, []
+        self.handle = model.register_forward_hook(self.hook)
+
+    def hook(self, module, args, out):
+        self.calls += 1
+        self.logits.append((out[0] if isinstance(out, tuple) else out).detach().clone())
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.remove()
+
+
+def mixed(prompts, n=24):
+    """Greedy, sampled, top-k, top-p and both rows in one batch, arriving a little apart."""
+    kinds = [dict(), dict(temperature=1.0, seed=3), dict(temperature=0.7, top_k=20, seed=4),
+             dict(temperature=0.9, top_p=0.8, seed=5), dict(temperature=1.3, top_k=40, top_p=0.95, seed=6), dict()]
+    return [Request(p, n, arrival_s=0.002 * i, **k) for i, (p, k) in enumerate(zip(prompts, kinds))]
+
+
+@pytest.mark.parametrize("draft_kind", ["none", "model", "lookup", "tree"])
+def test_a_mixed_batch_runs_one_target_pass_per_step(pair, draft_kind):
+    """Any mix of sampling settings, prefill chunks and decoding rows: exactly one target forward per step."""
+    target, draft, prompts = pair
+    d = {"none": None, "model": draft, "lookup": minispec.PromptLookupDraft(),
+         "tree": minispec.TreeDraft(draft, budget=6, depth=3)}[draft_kind]
+    engine = Engine(target, d, gamma=3, max_num_batched_tokens=40)
+    with Passes(target) as passes:
+        outs = engine.run(mixed(prompts))
+    assert passes.calls == engine.stats.steps  # one pass a step, whatever runs in it
+    assert any(b > 0 and p > 0 for b, p in zip(engine.stats.batch_per_step, engine.stats.prefill_per_step))
+    assert all(len(o.tokens) == 24 for o in outs)
+    reqs = mixed(prompts)
+    for r, o in zip(reqs, outs):  # each row as alone (float32 on a CPU; the sampled rows by their own seeds)
+        if d is None:
+            alone = minispec.generate(target, [r.prompt], 24, r.temperature, r.top_k, r.top_p, [r.seed or 0])
+        else:
+            alone = minispec.speculative_generate(target, d, [r.prompt], gamma=3, max_new_tokens=24,
+                                                  temperature=r.temperature, top_k=r.top_k, top_p=r.top_p,
+                                                  seed=[r.seed or 0])
+        assert o.tokens == alone.tokens[0]
+
+
+@pytest.mark.parametrize("draft_kind", ["model", "tree", "eagle"])
+def test_every_attention_path_equals_the_gather(pair, draft_kind):
+    """FlexAttention through the block tables against the reference gather, on steps with prefill chunks, decoding
+    rows and draft tokens (chains and trees): the same tokens and acceptance, logits within float tolerance."""
+    pytest.importorskip("torch.nn.attention.flex_attention")
+    target, draft, prompts = pair
+    d = {"model": draft, "tree": minispec.TreeDraft(draft, budget=6, depth=3),
+         "eagle": minispec.EagleDraft.from_pretrained("tiny-code-eagle", target)}[draft_kind]
+    runs = {}
+    for attention in ("gather", "flex"):
+        engine = Engine(target, d, gamma=3, num_blocks=48, max_num_batched_tokens=32, attention=attention)
+        with Passes(target) as passes:
+            outs = engine.run([Request(p, 12, arrival_s=0.002 * i) for i, p in enumerate(prompts[:4])])
+        runs[attention] = outs, engine.stats, passes.logits
+    (g_out, g_stats, g_logits), (f_out, f_stats, f_logits) = runs["gather"], runs["flex"]
+    assert [o.tokens for o in f_out] == [o.tokens for o in g_out]
+    assert f_stats.accepted_per_position == g_stats.accepted_per_position and sum(g_stats.accepted_per_position)
+    assert len(f_logits) == len(g_logits)
+    for a, b in zip(g_logits, f_logits):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_the_flat_pass_gives_each_row_its_own_logits():
+    """A random Llama (vocabulary 32,768, sliding window off): the engine's plain steps over rows of different
+    lengths give, row by row, the logits of the model run on that row alone."""
+    target = random_model(seed=3, vocab=32_768, layers=2, hidden=64, heads=4, kv_heads=2)
+    prompts = [[(5 * i + j) % 32_768 for j in range(3 + 9 * i)] for i in range(4)]
+    engine = Engine(target, None, block_size=4, num_blocks=64)
+    with Passes(target) as passes:
+        outs = engine.run([Request(p, 6) for p in prompts])
+    last = passes.logits[-1][0]  # (M, V): the last step's rows, in the order they ran
+    alone = [target(torch.tensor([p + o.tokens[:-1]]))[0, -1] for p, o in zip(prompts, outs)]  # (V,) each
+    assert any(torch.allclose(last[b], alone[3], atol=1e-4) for b in range(len(last)))
+    assert [o.tokens for o in outs] == minispec.generate(target, prompts, 6).tokens
+
+
+def test_a_chain_is_cut_to_fit_the_token_budget_instead_of_waiting(pair):
+    """A budget of 10 tokens and three rows at gamma 4: the third row verifies what is left (vLLM cuts its draft)
+    instead of waiting a step; no step exceeds the budget and every output is plain greedy decoding."""
+    target, draft, prompts = pair
+    engine = Engine(target, draft, gamma=4, max_num_batched_tokens=10)
+    outs = engine.run([Request(p, 16) for p in prompts[:3]])
+    s = engine.stats
+    assert max(s.tokens_per_step) <= 10
+    both = [i for i, (b, p) in enumerate(zip(s.batch_per_step, s.prefill_per_step)) if b == 3 and p == 0]
+    assert both and all(s.tokens_per_step[i] == 10 for i in both)  # 5 + 5, then the rest: no row waits
+    assert [o.tokens for o in outs] == minispec.generate(target, prompts[:3], 16).tokens
+
+
+def test_acceptance_counts_stop_at_an_eos(pair):
+    """A request that stops at an EOS which the draft proposed and the target accepted: draft tokens after it are
+    neither output nor counted as accepted."""
+    target, draft, prompts = pair
+    plain = minispec.generate(target, [prompts[0]], 24).tokens[0]
+    free = Engine(target, draft, gamma=4)
+    out = free.run([Request(prompts[0], 24)])[0]
+    # an accepted draft token, its first occurrence, followed by another accepted one (so in the same step)
+    j = next(i for i in range(len(plain) - 1) if out.accepted[i] and out.accepted[i + 1] and plain.index(plain[i]) == i)
+    stop = Engine(target, draft, gamma=4)
+    got = stop.run([Request(prompts[0], 24, eos_token_id=plain[j])])[0]
+    assert got.tokens == plain[: j + 1] and got.finish_reason == "stop" and got.accepted[j]
+    assert stop.stats.accepted_tokens == sum(got.accepted)  # the accepted draft token after the EOS is not counted
+
+
+def test_a_policy_above_its_gamma_max_is_refused(pair):
+    target, draft, prompts = pair
+
+    class Greedy(FixedPolicy):
+        def choose(self, batch_size, context=None):
+            return self.gamma_max + 1
+
+    with pytest.raises(ValueError, match="outside 0..gamma_max=3"):
+        Engine(target, draft, gamma=Greedy(3)).run([Request(prompts[0], 8)])
