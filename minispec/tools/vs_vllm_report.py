@@ -247,7 +247,8 @@ def text(rows: list[dict], cfg, meta: dict | None = None) -> str:
         f"arrivals over about {cfg.window_s:g} s per rate (at least {cfg.min_requests}, at most {cfg.max_requests} "
         f"requests); the first {cfg.exclude[0]:.0%} and last {cfg.exclude[1]:.0%} of arrivals served but not counted; "
         f"throughput = tokens produced between the first and last counted arrival / that time. K = {cfg.gamma}, "
-        f"n-grams {cfg.ngram[0]}..{cfg.ngram[1]} (minispec's rule {cfg.lookup_rule!r}), temperature {cfg.temperature:g}, max_num_seqs {cfg.max_num_seqs}, "
+        f"n-grams {cfg.ngram[0]}..{cfg.ngram[1]} (minispec's rule {cfg.lookup_rule!r}), temperature "
+        f"{cfg.temperature:g}, max_num_seqs {cfg.max_num_seqs}, "
         f"max_num_batched_tokens {cfg.max_num_batched_tokens}, KV tokens "
         + ", ".join(f"{w} {cfg.kv_of(w)}" for w in cfg.workloads)
         + f". Load average {min(loads):.1f}-{max(loads):.1f} during the runs.")
@@ -298,6 +299,11 @@ def write(rows: list[dict], cfg, meta: dict, out: Path, table: dict | None) -> N
                                                                                    *keep]))
 
 
+def _series(pts, key: str, scale: float = 1.0) -> list[float]:
+    """Medians of ``key`` at each (rate, rows) point; nan where none."""
+    return [NAN if (v := _med(rs, key)) is None else scale * v for _, rs in pts]
+
+
 def plot(rows: list[dict], cfg):
     """TPOT p50 and throughput against the arrival rate, per workload: both engines, every setting."""
     from matplotlib.figure import Figure
@@ -314,13 +320,14 @@ def plot(rows: list[dict], cfg):
                              if ww == w and s == setting and e in by)
                 if pts:
                     x = [p[0] for p in pts]
-                    tpot.plot(x, [1e3 * (_med(rs, "tpot_p50_s") or NAN) for _, rs in pts], style, color=colors[e],
-                              label=f"{e}, {setting}")
-                    thr.plot(x, [_med(rs, "throughput") or NAN for _, rs in pts], style, color=colors[e],
-                             label=f"{e}, {setting}")
+                    tpot.plot(x, _series(pts, "tpot_p50_s", 1e3), style, color=colors[e], label=f"{e}, {setting}")
+                    thr.plot(x, _series(pts, "throughput"), style, color=colors[e], label=f"{e}, {setting}")
         tpot.axhline(1e3 * cfg.slo_of(w)[1], color="gray", ls="--", lw=1)
-        for ax, ylabel in ((tpot, "TPOT p50 (ms)"), (thr, "output tokens/s")):
+        rates = sorted({r["rate"] for r in rows if r["workload"] == w and r["mode"] == "load" and not r["bisect"]})
+        for ax, ylabel in ((tpot, "TPOT p50 (ms)"), (thr, "output tokens/s (steady state)")):
             ax.set(xlabel="arrival rate (requests/s)", ylabel=ylabel, xscale="log", title=f"{w}: {ylabel}")
+            ax.set_xticks(rates, [f"{r:g}" for r in rates])
+            ax.minorticks_off()
             ax.grid(True, alpha=0.3)
             ax.legend(fontsize="x-small")
     return fig

@@ -3,8 +3,9 @@ draft model, under load and in static batches; the files it writes; the same tok
 engines (greedy); every figure present for both, with its ratio.
 
 It runs the command in a child process (vLLM's engine core spawns, and the command line is how the lead runs it),
-with vLLM's default process layout. About 2 minutes on a quiet 2-core machine, most of it two vLLM start-ups; longer
-on a loaded one. Skipped where vLLM is not installed: ``bash scripts/vllm_env.sh && . .venv-vllm/bin/activate``.
+with vLLM's default process layout. Most of its time is two vLLM start-ups (each 30-50 s at load 8-12 on this 2-core
+machine, 80-175 s at load 15-20); measured: 9.6 minutes at load 15-20, not yet timed on a quiet machine. Skipped where
+vLLM is not installed: ``bash scripts/vllm_env.sh && . .venv-vllm/bin/activate``.
 """
 
 from __future__ import annotations
