@@ -118,8 +118,9 @@ MUTANTS = {
         "minispec/engine/drafting.py", "PagedRows(self.feats, view, S).scatter_(1, t[..., None], features)",
         "PagedRows(self.feats, view, S).scatter_(1, (t + 1).clamp_max(S - 1)[..., None], features)",
         [ENGINE, "-k", "proposals and eagle"], engine(EAGLE.format(""), max_num_seqs=3)),
-    "engine EAGLE state: the next features' position one off": (
-        "minispec/engine/drafting.py", "run.pos = state.total - 1", "run.pos = state.total",
+    "engine EAGLE state: the next features' position one off": (  # _EagleRun.resume: the engine's assembled run
+        "minispec/drafts/eagle.py", "run.cache, run.feats, run.pos, run.lag = cache, feats, state.total - 1, lag",
+        "run.cache, run.feats, run.pos, run.lag = cache, feats, state.total, lag",
         [ENGINE, "-k", "proposals and eagle"], engine(EAGLE.format(""), max_num_seqs=3)),
     "engine draft model: a row's lag after a speculative step 1, not 2 (its last accepted token never read)": (
         "minispec/engine/drafting.py", "s.lag = 2 if speculative else s.lag + 1",

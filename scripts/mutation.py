@@ -350,7 +350,8 @@ def run(args) -> None:
           f"{(WORK / 'run.log').relative_to(ROOT)}", flush=True)
     start = time.time()
     with open(WORK / "run.log", "a") as out:
-        proc = subprocess.Popen(cmd, cwd=WORK, env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, cwd=WORK, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # its own process group: mutmut's workers stop with it
         while True:
             try:
                 proc.wait(timeout=max(1.0, min(RECORD_EVERY_S, deadline - time.time())))
@@ -358,19 +359,28 @@ def run(args) -> None:
             except subprocess.TimeoutExpired:
                 if time.time() >= deadline:
                     print("time is up: stopping (run the same command again to resume)", flush=True)
-                    proc.send_signal(signal.SIGINT)
-                    proc.wait()
+                    stop(proc)
                     break
                 if (WORK / "plan.json").exists():
                     record(modules, quiet=True)
             except KeyboardInterrupt:
-                proc.send_signal(signal.SIGINT)
-                proc.wait()
+                stop(proc)
                 break
     print(f"{time.time() - start:.0f} s", flush=True)
     record(modules)
-    if proc.returncode not in (0, -signal.SIGINT, 130):
+    if proc.returncode not in (0, -signal.SIGINT, -signal.SIGTERM, 130):
         sys.exit(f"mutmut stopped with exit code {proc.returncode}: see {WORK / 'run.log'}")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """mutmut stops on SIGINT between mutants (each verdict is saved as it comes); in its unmutated check it may not
+    answer, so after a minute its whole process group is terminated."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait()
 
 
 def wilson(k: int, n: int, z: float = 1.96) -> list[float] | None:
