@@ -66,7 +66,7 @@ if python3 -c "import nbclient, ipykernel" 2>/dev/null; then
       --lesson-timeout 300 --lessons "$@" > "$out/lessons/lane_$name.log" 2>&1
   }
   lane a lessons/01_*.ipynb lessons/04_*.ipynb &
-  lane b lessons/00_*.ipynb lessons/03_*.ipynb lessons/06_*.ipynb lessons/11_*.ipynb &
+  lane b lessons/00_*.ipynb lessons/03_*.ipynb lessons/06_*.ipynb lessons/11_*.ipynb lessons/14_*.ipynb &
   lane c lessons/08_*.ipynb lessons/05_*.ipynb lessons/09_*.ipynb lessons/13_*.ipynb &
   lane d lessons/02_*.ipynb lessons/07_*.ipynb lessons/10_*.ipynb lessons/12_*.ipynb &
   wait
