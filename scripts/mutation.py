@@ -314,7 +314,7 @@ def export(commit: str, fresh: bool) -> None:
         shutil.rmtree(WORK)
     WORK.mkdir(parents=True, exist_ok=True)
     if (WORK / "COMMIT").exists() and (WORK / "COMMIT").read_text().strip() == commit:
-        return
+        return prune()
     for part in EXPORTED:
         path = WORK / part
         shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
@@ -322,8 +322,25 @@ def export(commit: str, fresh: bool) -> None:
                           capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         tar.extractall(WORK, filter="data")
+        now = time.time()  # mutmut regenerates a module's mutants only if its source is newer than them, and git
+        for member in tar.getmembers():  # archive dates files by the commit: an older commit would look unchanged
+            if member.isfile():
+                os.utime(WORK / member.name, (now, now))
     (WORK / "COMMIT").write_text(commit + "\n")
+    prune()
     print(f"exported {commit[:12]} to {WORK.relative_to(ROOT)}", flush=True)
+
+
+def prune() -> None:
+    """Drop from mutmut's copy what the exported commit does not have: mutmut copies files but deletes none, and a
+    test file left from another commit would still be collected (and a module's records with it)."""
+    copied = WORK / "mutants"
+    for path in sorted(copied.glob("*/**/*"), reverse=True) if copied.exists() else []:
+        if path.is_file() and path.relative_to(copied).parts[0] in ("minispec", "tests") \
+                and "__pycache__" not in path.parts:
+            source = WORK / str(path.relative_to(copied)).removesuffix(".meta").removesuffix(".spans")
+            if not source.exists():
+                path.unlink()
 
 
 def configured(work: Path) -> dict:
