@@ -88,6 +88,10 @@ class Draft:
     def check(self, target: Model, positions: int) -> None:
         """Raise ValueError if this draft cannot serve ``target`` for sequences of ``positions`` tokens."""
 
+    def observe(self, prompt: list[int], output: list[int]) -> None:
+        """A request finished with ``output`` after ``prompt``. A draft that learns across requests keeps them
+        (:class:`~minispec.drafts.suffix.SuffixDraft`); the engine calls this for every request that finishes."""
+
     def width(self, gamma: int) -> int:
         """The most slots one step writes past a row's tokens in the target's or the draft's cache, less the
         root's: gamma for a chain (the caches keep that many slots spare, plus one)."""

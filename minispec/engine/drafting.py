@@ -7,6 +7,8 @@ block table (as vLLM keeps a draft model's KV), and a fresh ``DraftRun`` is asse
 step's rows from it:
 
   PromptLookupDraft  nothing to keep: it reads the row's tokens each step
+  SuffixDraft        nothing in the blocks: its suffix trees are its own (the engine tells it each finished
+                     request, :meth:`~minispec.drafts.base.Draft.observe`)
   ModelDraft         its own KV cache (its layers, the target's block tables), and per row the
   LayerSkipDraft     tokens it has not read yet (``lag``: 2 after a speculative step, one more
                      per plain step); rows with different lags re-read at one width, each from its
@@ -32,6 +34,7 @@ from minispec.drafts.base import Draft, DraftRun
 from minispec.drafts.eagle import EagleDraft, _EagleRun
 from minispec.drafts.lookup import PromptLookupDraft
 from minispec.drafts.model import ModelDraft, _ModelRun
+from minispec.drafts.suffix import SuffixDraft
 from minispec.drafts.tree import TreeDraft, _TreeRun
 from minispec.engine.paged import PagedPool, PagedRows
 from minispec.engine.request import Sequence
@@ -187,7 +190,7 @@ class PagedTreeDraft(PagedDraft):
 def paged_draft(draft: Draft, target: Model, num_blocks: int, block_size: int) -> PagedDraft:
     """The engine's keeper for ``draft``'s per-row state."""
     for kind, keeper in ((TreeDraft, PagedTreeDraft), (EagleDraft, PagedEagleDraft), (ModelDraft, PagedModelDraft),
-                         (PromptLookupDraft, PagedDraft)):
+                         (PromptLookupDraft, PagedDraft), (SuffixDraft, PagedDraft)):
         if isinstance(draft, kind):
             return keeper(draft, target, num_blocks, block_size)
     raise ValueError(f"the engine does not know how to keep {type(draft).__name__}'s state between steps")

@@ -274,7 +274,10 @@ class Engine:
                                    f"{len(scheduler.waiting)} waiting, {blocks.num_free} free blocks)")
             result = self.runner.execute(plan)
             end = clock.now()
-            self.runner.release(scheduler.update(plan, result.new, end))  # finished rows free their device rows
+            done = scheduler.update(plan, result.new, end)
+            self.runner.release(done)  # finished rows free their device rows
+            for seq in done if self.draft is not None else ():  # a draft that learns across requests (suffix)
+                self.draft.observe(seq.tokens[: seq.prompt_len], seq.tokens[seq.prompt_len:])
             if policy is not None and plan.gamma:
                 policy.observe(result.accepted_tokens, result.tested_tokens)
             stats.record(plan, result, end - now)

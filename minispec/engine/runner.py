@@ -169,11 +169,13 @@ class _Decoding:
         self.build(base)
 
     def propose(self, k: torch.Tensor) -> Proposal:
-        """The draft's proposal, a chain cut to each row's k (B,) tokens (the token budget's)."""
+        """The draft's proposal, cut to each row's k (B,) lookahead slots: nothing past a row's k is proposed (q = 0),
+        so nothing past it is fed or accepted. A chain loses its last tokens; a tree whose nodes outnumber the slots
+        (a suffix tree, which the scheduler prices as a chain) its last nodes, which are never an earlier node's
+        ancestors (parents come first)."""
         x, q, tree = self.run.propose(self.state, self.gamma)
-        if tree is None and x.shape[1]:  # a chain: nothing past k
-            keep = torch.arange(x.shape[1], device=x.device) < k[:, None]  # (B, T)
-            q = PointMass(q.proposed & keep, q.vocab_size) if isinstance(q, PointMass) else q * keep[..., None]
+        keep = torch.arange(x.shape[1], device=x.device) < k[:, None]  # (B, T)
+        q = PointMass(q.proposed & keep, q.vocab_size) if isinstance(q, PointMass) else q * keep[..., None]
         return Proposal(x, q, tree)
 
     def build(self, base: int) -> None:
@@ -197,11 +199,10 @@ class _Decoding:
         self.n = int(counts.sum())  # host sync: the pass's length (a shape)
 
     def _fed(self) -> torch.Tensor:
-        """Draft tokens each row feeds (B,): a tree's every node; a chain's proposed prefix (q is zero past it)."""
-        x, q, tree = self.proposal
-        if tree is not None:
-            return torch.full((len(x),), x.shape[1], device=x.device)
-        return proposed(q).long().cumprod(1).sum(1)  # (B,)
+        """Draft tokens each row feeds (B,): up to its last proposed one (past it q is zero: nothing to verify)."""
+        x, q, _ = self.proposal
+        j = torch.arange(1, x.shape[1] + 1, device=x.device)  # (T,)
+        return (proposed(q) * j).amax(1) if x.shape[1] else torch.zeros(len(x), dtype=torch.long, device=x.device)
 
     def group(self, block_size: int, windows):
         S = int(self.new[:, -1].max()) + 1  # host sync: slots to read (a shape)
