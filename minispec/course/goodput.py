@@ -144,3 +144,43 @@ def spread(values) -> tuple[float, float, float]:
     """(mean, min, max) of ``values``."""
     v = np.asarray(list(values), dtype=float)
     return float(v.mean()), float(v.min()), float(v.max())
+
+
+def full_run(out: str = "results/cpu/goodput_steady.json", seeds: int = 5, workers: int = 2) -> dict:
+    """Lesson 10's goodput study at full size: minutes of arrivals a run (15 s of warm-up, 60 s scored, 15 s of tail),
+    ``seeds`` seeds, bisected to 2.5 requests/s; the H100 (off, gamma 4, gated) and the H200 (off, gated). The
+    lesson runs the same code CI-sized and shows this file as a record. Written as JSON with its settings, the
+    revision and the per-seed evaluations."""
+    import json
+    import platform
+    import subprocess
+    import time as _time
+
+    from minispec.roofline import LLAMA_1B, hardware
+    from minispec.serving import Lengths, RooflineSteps, Traffic
+
+    work = Workload(mix=(Traffic(prompt=Lengths(128, "uniform"), output=Lengths(128, "uniform")),))
+    window = Window(warmup_s=15, measure_s=60, tail_s=15)
+    h100 = RooflineSteps(draft=LLAMA_1B)
+    h200 = replace(h100, hardware=hardware.H200)
+    runs = {"H100, off": (h100, 0, 50, 100), "H100, gamma 4": (h100, 4, 110, 160),
+            "H100, gated": (h100, h100.policy(alpha0=0.8, gamma_max=4), 130, 180),
+            "H200, off": (h200, 0, 150, 200), "H200, gated": (h200, h200.policy(alpha0=0.8, gamma_max=4), 150, 200)}
+    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    record = {"command": "python -m minispec.course.goodput", "revision": rev, "machine": platform.machine(),
+              "started": _time.strftime("%Y-%m-%d %H:%M:%S"), "window_s": [window.warmup_s, window.measure_s,
+                                                                          window.tail_s],
+              "seeds": seeds, "resolution": 2.5, "slo_s": {"ttft": 1.0, "tpot": 0.008}, "settings": {}}
+    for name, (steps, spec, lo, hi) in runs.items():
+        t0 = _time.perf_counter()
+        rates, seen = seeds_goodput(steps, spec, work, window, range(seeds), lo, hi, 2.5, 0.008, 1.0, workers=workers)
+        record["settings"][name] = {"goodput": rates, "bracket": [lo, hi], "evaluations": seen,
+                                    "bracketed": [bracketed(s) for s in seen], "seconds": _time.perf_counter() - t0}
+        print(f"{name}: {rates} ({_time.perf_counter() - t0:.0f} s)", flush=True)
+        with open(out, "w") as f:
+            json.dump(record, f, indent=1)
+    return record
+
+
+if __name__ == "__main__":
+    full_run()
