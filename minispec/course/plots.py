@@ -6,6 +6,49 @@ it works headless); save it with ``fig.savefig(path)`` or show it as a notebook 
 
 from __future__ import annotations
 
+# What brings matplotlib: the course's extra (the plain install has no plotting library), or matplotlib alone.
+PLOT_INSTALL = 'pip install "minispec-decoding[lessons]" (or pip install matplotlib)'
+
+
+def matplotlib_missing() -> str | None:
+    """None when matplotlib imports; else why not and how to install it, for a command to say before its work."""
+    try:
+        import matplotlib.figure  # noqa: F401
+    except ImportError as e:
+        return f"matplotlib is not installed ({e}); {PLOT_INSTALL} to draw plots"
+    return None
+
+
+def plot_or_skip(path: str | None) -> str | None:
+    """A command's --plot file, or None when matplotlib is missing, said on stderr before the command's work (it
+    still prints its report); :func:`plot_skipped` says it again at the end."""
+    import sys
+
+    missing = path and matplotlib_missing()
+    if missing:
+        print(f"minispec: warning: {missing}; the report follows, the plot to {path} is skipped", file=sys.stderr)
+        return None
+    return path
+
+
+def plot_skipped(asked: str | None, drawn: str | None) -> None:
+    """After the report: the plot asked for (``asked``) was not drawn (``drawn`` None), and how to get it."""
+    import sys
+
+    if asked and not drawn:
+        sys.stdout.flush()
+        print(f"minispec: plot skipped ({asked} not written): matplotlib is not installed; {PLOT_INSTALL}",
+              file=sys.stderr)
+
+
+def figure_class():
+    """matplotlib's Figure, or an ImportError that says how to install it."""
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise ImportError(f"plots need matplotlib: {PLOT_INSTALL}") from e
+    return Figure
+
 
 def plot_speedup_vs_batch(curves: dict[str, list[tuple[float, float]]], compute_bound_batch: float | None = None,
                           title: str = "", measured: dict[str, list[tuple[float, float]]] | None = None,
@@ -18,7 +61,7 @@ def plot_speedup_vs_batch(curves: dict[str, list[tuple[float, float]]], compute_
     A horizontal line marks break-even (speedup 1.0), a vertical one the batch at which
     verification turns compute-bound.
     """
-    from matplotlib.figure import Figure
+    Figure = figure_class()
     from matplotlib.ticker import FuncFormatter
 
     fig = Figure(figsize=(7, 4.5), layout="constrained")
@@ -58,7 +101,7 @@ def plot_serving(rows: list[dict], tpot_slo_s: float | None = None, title: str =
     output tokens/s (dotted). DistServe's goodput, a request rate, is the highest rate at which the share of
     requests meeting the SLOs stays above a target.
     """
-    from matplotlib.figure import Figure
+    Figure = figure_class()
 
     fig = Figure(figsize=(11, 4.5), layout="constrained")
     tpot, good = fig.subplots(1, 2)

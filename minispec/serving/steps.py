@@ -230,13 +230,20 @@ class EngineSteps:
     @classmethod
     def fit(cls, records: list[tuple[int, int, int, float]]) -> EngineSteps:
         """Step times fitted to an engine's own steps (decoding rows B, gamma, prompt tokens P, seconds): per gamma
-        a line in B through the decode-only steps, and a line in P through what steps with a prefill took more."""
+        a line in B through the decode-only steps, and a line in P through what steps with a prefill took more.
+
+        P counts prompt tokens only: a step's tokens less each decoding row's last token and its lookahead (gamma
+        for a chain, the node budget for a tree), so a tree's steps count as decode steps here, not as prefill."""
         lines, extra = {}, []
         for g in sorted({g for b, g, p, _ in records if b and not p}):
             pts = np.array([(b, t) for b, gg, p, t in records if b and not p and gg == g], dtype=float)  # (n, 2)
             if len(pts) >= 3:
                 lines[g] = (np.polyfit(pts[:, 0], pts[:, 1], 1) if len(set(pts[:, 0])) > 1
                             else (0.0, np.median(pts[:, 1])))
+        if not lines:
+            only = sum(1 for b, _, p, _ in records if b and not p)
+            raise ValueError(f"EngineSteps.fit needs at least 3 steps that only decoded, at one gamma; {only} of these "
+                             f"{len(records)} did (P counts prompt tokens alone): serve more requests")
         extra = [(p, t - (np.polyval(lines[g], b) if b else 0.0)) for b, g, p, t in records
                  if p and (not b or g in lines)]
         slope, icpt = np.polyfit(*np.array(extra, dtype=float).T, 1) if len(extra) > 1 else (0.0, 0.0)

@@ -8,7 +8,8 @@ share of requests meeting both SLOs, token goodput, the mean running batch and g
 Goodput as DistServe (Zhong et al. 2024) defines it: the highest rate at which at least ``attainment``
 of the requests meet both SLOs (:func:`goodput_rate`).
 
-Beside each measured row, :func:`minispec.serving.simulate` serves the same requests: the engine's own
+The report and the plot are :mod:`minispec.tools.serve_report`'s. Beside each measured row,
+:func:`minispec.serving.simulate` serves the same requests: the engine's own
 scheduler and cache size, step times measured through the engine (:func:`engine_step_table`), and
 acceptance coins at the rates the engine measured per draft position there.
 
@@ -19,6 +20,7 @@ but a light rate costs its compute only, not its wall-clock span.
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import statistics
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from minispec.course.plots import matplotlib_missing
 from minispec.decoding.stats import percentile
 from minispec.drafts.model import as_draft
 from minispec.engine import Engine, Request
@@ -35,7 +38,10 @@ from minispec.engine.engine import gamma_policy
 from minispec.roofline import expected_tokens, vllm_config_from_speedup
 from minispec.roofline.policy import BatchTablePolicy, GammaPolicy
 from minispec.serving import EngineSteps, Lengths, Scheduler, Traffic, Workload, conditional, poisson_requests, simulate
-from minispec.tools.bench import environment, text_table
+from minispec.tools.bench import environment
+
+# the report's names, re-exported too: the lessons read the report, the plot and the goodput from here
+from minispec.tools.serve_report import TABLE_SOURCE, goodput_rate, goodput_text, plot, report  # noqa: F401
 
 
 @dataclass(frozen=True)
@@ -54,8 +60,18 @@ class LoadConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if not self.rates or min(self.rates) <= 0 or not 1 <= self.min_requests <= self.max_requests:
-            raise ValueError(f"need positive rates and 1 <= min_requests <= max_requests: {self}")
+        bad = [r for r in self.rates if isinstance(r, bool) or not isinstance(r, (int, float)) or not 0 < r < math.inf]
+        if not self.rates or bad:
+            raise ValueError(f"need positive rates (requests/s, each finite), got {bad[0] if bad else 'none'!r}")
+        if not 1 <= self.min_requests <= self.max_requests:
+            raise ValueError(f"need 1 <= min_requests <= max_requests, got {self.min_requests} and {self.max_requests}")
+        if not self.prompt.mean >= 1 or not self.output.mean >= 1:
+            raise ValueError(f"need prompt and output lengths of at least 1 token, got {self.prompt.mean} and "
+                             f"{self.output.mean}")
+        if not 0 < self.ttft_slo_s < math.inf or not 0 < self.tpot_slo_s < math.inf:
+            raise ValueError(f"need positive, finite SLOs, got TTFT {self.ttft_slo_s} s and TPOT {self.tpot_slo_s} s")
+        if not self.max_num_seqs >= 1:
+            raise ValueError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
 
 
 def traffic(rate: float, cfg: LoadConfig, text: list[int]) -> tuple[list, list]:
@@ -127,7 +143,6 @@ def engine_step_table(target, draft, batches, gammas, contexts, text: list[int],
 
 
 TABLE_K = 4  # the largest K the measured vLLM table may choose
-TABLE_SOURCE = "simulated, step table"  # the simulator on step times measured apart (engine_step_table)
 
 
 def _blocks(cfg: LoadConfig, block_size: int = 16) -> int:
@@ -163,6 +178,9 @@ def measure(target, settings: dict[str, dict], cfg: LoadConfig, text: list[int],
     Engine keyword arguments."""
     engines = {name: Engine(target, max_num_seqs=cfg.max_num_seqs, num_blocks=_blocks(cfg), **kw)
                for name, kw in settings.items()}
+    # the lookahead a decoding row feeds besides its last token: gamma for a chain, a tree's nodes for a tree
+    widths = {name: (lambda g: g) if kw.get("draft") is None else as_draft(kw["draft"]).width
+              for name, kw in settings.items()}
     warm = traffic(cfg.rates[0], replace(cfg, min_requests=4, max_requests=4), text)[0]
     for e in engines.values():
         e.run([replace(r, arrival_s=0.0, max_new_tokens=8) for r in warm])  # first calls: Philox, allocators
@@ -173,9 +191,12 @@ def measure(target, settings: dict[str, dict], cfg: LoadConfig, text: list[int],
         for name, engine in engines.items():
             load0, t0 = os.getloadavg()[0], time.perf_counter()
             row = {"setting": name, "rate": rate} | summarise(engine.run(reqs), engine, cfg)
-            s = engine.stats  # each step: decoding rows, gamma, prompt tokens prefilled (chains: 1 + gamma a row), s
-            row["steps_taken"] = [(b, g, n - b * (1 + g), t) for b, g, n, t in zip(
-                s.batch_per_step, s.gamma_per_step, s.tokens_per_step, s.step_s)]
+            # each step: decoding rows, gamma, prompt tokens prefilled (none without a prefilling row; else the
+            # step's tokens less each decoding row's 1 + lookahead, fewer by any draft the engine cut short), s
+            s, width = engine.stats, widths[name]
+            row["steps_taken"] = [(b, g, max(0, n - b * (1 + (width(g) if g else 0))) if pre else 0, t)
+                                  for b, g, n, t, pre in zip(s.batch_per_step, s.gamma_per_step, s.tokens_per_step,
+                                                             s.step_s, s.prefill_per_step)]
             row |= {"wall_s": time.perf_counter() - t0, "loadavg_before": load0, "loadavg_after": os.getloadavg()[0],
                     "ttft_slo_s": cfg.ttft_slo_s, "tpot_slo_s": cfg.tpot_slo_s} | env
             rows.append(row)
@@ -214,91 +235,16 @@ def _processor() -> str:
         return platform.processor() or platform.machine()
 
 
-def goodput_rate(rows: list[dict], setting: str, attainment: float = 0.9, source: str = "measured") -> float:
-    """DistServe's goodput: the highest rate at which ``attainment`` of the requests met both SLOs (0: none)."""
-    return max((r["rate"] for r in rows if r["setting"] == setting and r["source"] == source
-                and r["slo_met"] >= attainment), default=0.0)
-
-
-def report(rows: list[dict], cfg: LoadConfig) -> str:
-    """The measured and simulated rows side by side, and each setting's goodput."""
-    sim = {(r["setting"], r["rate"]): r for r in rows if r["source"] == "simulated"}
-    cells = [["rate", "setting", "TPOT p50 ms", "sim", "TPOT p99 ms", "sim", "TTFT p99 s", "sim", "tok/s", "sim",
-              "SLOs met", "sim", "batch", "gamma", "preempted"]]
-    for m in (r for r in rows if r["source"] == "measured"):
-        s = sim.get((m["setting"], m["rate"]), {})
-
-        def f(key, scale=1.0, fmt="{:.1f}", r=s):
-            return fmt.format(scale * r[key]) if r.get(key) is not None else "-"
-
-        cells.append([f"{m['rate']:g}", m["setting"], f("tpot_p50_s", 1e3, r=m), f("tpot_p50_s", 1e3),
-                      f("tpot_p99_s", 1e3, r=m), f("tpot_p99_s", 1e3), f("ttft_p99_s", fmt="{:.2f}", r=m),
-                      f("ttft_p99_s", fmt="{:.2f}"), f("throughput", fmt="{:.0f}", r=m), f("throughput", fmt="{:.0f}"),
-                      f("slo_met", 100, "{:.0f}%", r=m), f("slo_met", 100, "{:.0f}%"), f"{m['mean_batch']:.1f}",
-                      f"{m['mean_gamma']:.1f}", str(m["preemptions"])])
-    other = {(r["setting"], r["rate"]): r for r in rows if r["source"] == TABLE_SOURCE}
-    if other:
-        cells2 = [["rate", "setting", "TPOT p50 ms", "TTFT p99 s", "tok/s", "SLOs met"]]
-        for m in (r for r in rows if r["source"] == "measured"):
-            o = other[(m["setting"], m["rate"])]
-            cells2.append([f"{m['rate']:g}", m["setting"], f"{1e3 * o['tpot_p50_s']:.1f}", f"{o['ttft_p99_s']:.2f}",
-                           f"{o['throughput']:.0f}", f"{100 * o['slo_met']:.0f}%"])
-    names = list(dict.fromkeys(r["setting"] for r in rows))
-    good = "; ".join(f"{n} {goodput_rate(rows, n, cfg.attainment):g}" + (
-        f" (simulated {goodput_rate(rows, n, cfg.attainment, 'simulated'):g})" if sim else "") for n in names)
-    text = ("Measured, and simulated on step times fitted to the same run's engine steps (sim):\n" +
-            text_table(cells, left=2) + f"\n\nGoodput, the highest rate (requests/s) at which >= {cfg.attainment:.0%} "
-            f"of requests meet TTFT <= {cfg.ttft_slo_s:g} s and TPOT <= {1e3 * cfg.tpot_slo_s:g} ms: {good}\n")
-    if other:
-        text += ("\nSimulated on step times measured apart, closed-loop, just before the sweep (the machine's speed "
-                 "drifts with its other load between the two):\n" + text_table(cells2, left=2) + "\n")
-    return text
-
-
-def plot(rows: list[dict], cfg: LoadConfig, title: str = ""):
-    """TTFT p99, TPOT p50 (and p99), SLO attainment and throughput against the arrival rate, a colour per setting;
-    measured solid, simulated dashed."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(12, 8), layout="constrained")
-    (ttft, tpot), (met, thr) = fig.subplots(2, 2)
-    for setting in dict.fromkeys(r["setting"] for r in rows):
-        color = None
-        for source, style in (("measured", "o-"), ("simulated", "x--")):
-            mine = sorted((r for r in rows if r["setting"] == setting and r["source"] == source),
-                          key=lambda r: r["rate"])
-            if not mine:
-                continue
-            x, label = [r["rate"] for r in mine], f"{setting} ({source})"
-            (line,) = tpot.plot(x, [1e3 * r["tpot_p50_s"] for r in mine], style, color=color, label=f"{label} p50")
-            color = line.get_color()
-            if source == "measured":
-                tpot.plot(x, [1e3 * r["tpot_p99_s"] for r in mine], ":", color=color, label=f"{setting} p99")
-            for ax, key, scale in ((ttft, "ttft_p99_s", 1), (met, "slo_met", 100), (thr, "throughput", 1)):
-                ax.plot(x, [scale * r[key] for r in mine], style, color=color, label=label)
-    tpot.axhline(1e3 * cfg.tpot_slo_s, color="gray", ls="--", lw=1)
-    ttft.axhline(cfg.ttft_slo_s, color="gray", ls="--", lw=1)
-    met.axhline(100 * cfg.attainment, color="gray", ls="--", lw=1)
-    for ax, ylabel, name in ((ttft, "TTFT p99 (s)", "time to first token, p99"),
-                             (tpot, "TPOT (ms)", "time per output token"),
-                             (met, "% of requests", "meeting both SLOs"), (thr, "output tokens/s", "throughput")):
-        ax.set(xlabel="arrival rate (requests/s)", ylabel=ylabel, title=name, xscale="log")
-        ax.set_xticks(list(cfg.rates), [f"{r:g}" for r in cfg.rates])
-        ax.minorticks_off()
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize="xx-small")
-    ttft.set_yscale("log")
-    if title:
-        fig.suptitle(title)
-    return fig
-
-
 def serve_bench(target, settings: dict[str, dict], cfg: LoadConfig, text: list[int], out: str | Path | None = None,
                 simulate_too: bool = True, progress=print) -> list[dict]:
     """Measure ``settings`` (name -> Engine keyword arguments: draft, gamma; gamma "table" for vLLM's batch-size
     table from the engine's own step times) under ``cfg``'s load and, unless ``simulate_too`` is False,
-    simulate each beside it. ``out``: a path prefix for .jsonl, .png and .txt. Returns every row."""
+    simulate each beside it. ``out``: a path prefix for .jsonl, .png and .txt; without matplotlib the .png is
+    skipped, said through ``progress`` before any work and again at the end. Returns every row."""
     out = None if out is None else Path(out)
+    no_plot = out is not None and matplotlib_missing()
+    if no_plot:
+        progress(f"minispec: warning: {no_plot}; serve-bench writes its report and rows, and skips the plot")
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.with_suffix(".jsonl").unlink(missing_ok=True)
@@ -351,23 +297,31 @@ def serve_bench(target, settings: dict[str, dict], cfg: LoadConfig, text: list[i
             f"({env['hardware']}), "
             f"{torch.get_num_threads()} threads, {env['dtype']}, git {env['git_revision']}, torch {env['torch']}; "
             f"load average {min(loads):.1f}-{max(loads):.1f} during the sweep\n")
-        plot(rows, cfg, f"{env['hardware']}: the engine measured (solid), the simulator (dashed)").savefig(
-            out.with_suffix(".png"), dpi=120)
+        if no_plot:
+            progress(f"plot skipped ({no_plot}); the report is in {out.with_suffix('.txt')}, the rows in "
+                     f"{out.with_suffix('.jsonl')}")
+        else:
+            plot(rows, cfg, f"{env['hardware']}: the engine measured (solid), the simulator (dashed)").savefig(
+                out.with_suffix(".png"), dpi=120)
     return rows
 
 
-def run(target: str = "tiny-code-target", draft: str | None = "tiny-code-draft", gammas: tuple[str, ...] = ("4",),
-        cfg: LoadConfig = LoadConfig(), out: str | Path | None = "serve_bench", device=None, dtype=None,
-        accept_rate: float | None = None, simulate_too: bool = True, tree: str | None = None,
-        hot_vocab: int | None = None, progress=print) -> tuple[list[dict], str]:
+def run(target: str = "tiny-code-target", draft: str | None = "tiny-code-draft",
+        gammas: tuple[str, ...] | None = None, cfg: LoadConfig = LoadConfig(), out: str | Path | None = "serve_bench",
+        device=None, dtype=None, accept_rate: float | None = None, simulate_too: bool = True,
+        tree: dict | str | None = None, hot_vocab: int | None = None, progress=print) -> tuple[list[dict], str]:
     """``minispec serve-bench``: load the pair by name, then :func:`serve_bench` plain decoding against one setting
-    per entry of ``gammas`` (an integer, ``"auto"`` or ``"table"``), the draft named as ``minispec.tools.pair``
-    takes it (``tree``, ``hot_vocab`` too). ``accept_rate``: a synthetic Bernoulli(alpha) acceptance (for random
-    weights; the tokens do not follow p then). Torch's threads are the caller's. Returns the rows and the report."""
+    per entry of ``gammas`` (an integer, ``"auto"`` or ``"table"``; None: 4, or with a ``tree`` the tree's own
+    depth), the draft named as ``minispec.tools.pair`` takes it (``tree``, ``hot_vocab`` too). A tree's settings
+    are named after the tree ("tree budget=8,depth=3"). ``accept_rate``: a synthetic Bernoulli(alpha) acceptance
+    (for random weights; the tokens do not follow p then). Torch's threads are the caller's. Returns the rows and
+    the report."""
     from minispec.speculative.rule import accept_reject
     from minispec.tools.bench import SyntheticAcceptance
     from minispec.tools.pair import load_pair, prompt_tokens
 
+    own_depth = gammas is None and tree is not None  # a tree drafts to its own depth unless told otherwise
+    gammas = ("4",) if gammas is None else gammas
     for g in gammas:  # everything is checked before any model loads
         if not (g in ("auto", "table") or g.isdigit() and int(g) >= 1):
             raise ValueError(f"each gamma must be an integer >= 1, auto or table, got {g!r}")
@@ -377,10 +331,21 @@ def run(target: str = "tiny-code-target", draft: str | None = "tiny-code-draft",
     model, tok, drafter = load_pair(target, draft, device, dtype, tree, hot_vocab)
     text = prompt_tokens(tok) or torch.randint(0, model.config.vocab_size, (1 << 16,),
                                                generator=torch.Generator().manual_seed(cfg.seed)).tolist()
-    settings = {"plain": {}} | {(f"gamma {g}" if g.isdigit() else g): dict(
-        draft=drafter, gamma=int(g) if g.isdigit() else g, rule=rule) for g in gammas}
+    settings = {"plain": {}}
+    if own_depth:
+        settings[f"tree {_spec(tree)}"] = dict(draft=drafter, gamma=drafter.depth, rule=rule)
+    for g in () if own_depth else gammas:
+        name = f"gamma {g}" if g.isdigit() else g
+        settings[name if tree is None else f"tree {_spec(tree)}, {name}"] = dict(
+            draft=drafter, gamma=int(g) if g.isdigit() else g, rule=rule)
     rows = serve_bench(model, settings, cfg, text, out, simulate_too, progress)
     return rows, report(rows, cfg)
+
+
+def _spec(tree: dict | str) -> str:
+    """A tree's spec as the command line writes it: budget=8,depth=3."""
+    return tree if isinstance(tree, str) else ",".join(
+        f"{k}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}" for k, v in tree.items())
 
 
 def add_arguments(p) -> None:
@@ -389,8 +354,9 @@ def add_arguments(p) -> None:
     p.add_argument("--target", default="tiny-code-target", help="embedded name, checkpoint directory or shape:NAME")
     p.add_argument("--tree", default=None, metavar="SPEC", help="a tree grown by the draft, as for generate")
     p.add_argument("--hot-vocab", type=int, default=None, metavar="N", help="an EAGLE head's hot vocabulary")
-    p.add_argument("--gamma", default="4", help="settings beside plain decoding: integers, auto (the roofline "
-                   "policy), table (vLLM's batch-size table from step times measured here), comma-separated")
+    p.add_argument("--gamma", default=None, help="settings beside plain decoding: integers, auto (the roofline "
+                   "policy), table (vLLM's batch-size table from step times measured here), comma-separated "
+                   "(default: 4; with --tree, the tree's own depth)")
     p.add_argument("--requests", default="48,256", help="MIN,MAX requests a rate (about 8 s of arrivals between)")
     p.add_argument("--lengths", default="64,64", help="mean PROMPT,OUTPUT tokens (uniform, 0.5x to 1.5x)")
     p.add_argument("--slo", default="1,50", help="TTFT s,TPOT ms a request must meet (goodput: 90 %% of them)")
@@ -402,19 +368,27 @@ def add_arguments(p) -> None:
 
 def from_args(args, progress=print) -> str:
     """Run ``minispec serve-bench`` from its parsed flags; the report."""
-    def numbers(flag: str, n: int | None = None) -> tuple[float, ...]:  # comma-separated, n of them if given
+    def numbers(flag: str, n: int | None = None, kind=float) -> tuple:  # comma-separated, n of them if given
         text = getattr(args, flag.replace("-", "_"))
         try:
-            values = tuple(float(x) for x in text.split(","))
+            values = tuple(kind(x) for x in text.split(","))
         except ValueError:
             values = ()
         if not values or (n is not None and len(values) != n):
-            raise ValueError(f"--{flag} takes {n or 'some'} comma-separated numbers, got {text!r}")
+            what = "numbers" if kind is float else "integers"
+            raise ValueError(f"--{flag} takes {n or 'some'} comma-separated {what}, got {text!r}")
         return values
 
-    (lo, hi), (prompt, output), (ttft, tpot) = numbers("requests", 2), numbers("lengths", 2), numbers("slo", 2)
-    cfg = LoadConfig(rates=numbers("rates"), min_requests=int(lo), max_requests=int(hi),
-                     prompt=Lengths(int(prompt), "uniform"), output=Lengths(int(output), "uniform"), ttft_slo_s=ttft,
-                     tpot_slo_s=tpot / 1e3, max_num_seqs=args.max_num_seqs)
-    return run(args.target, args.draft, tuple(g.strip() for g in args.gamma.split(",")), cfg, args.out, args.device,
-               args.dtype, args.accept_rate, not args.no_simulate, args.tree, args.hot_vocab, progress)[1]
+    (lo, hi), (prompt, output) = numbers("requests", 2, int), numbers("lengths", 2, int)
+    (ttft, tpot), rates = numbers("slo", 2), numbers("rates")
+    bad = next((r for r in rates if not 0 < r < math.inf), None)
+    if bad is not None:  # named with its flag here; LoadConfig says it for a caller of the library
+        raise ValueError(f"--rates: need positive rates (requests/s, each finite), got {bad:g}")
+    if min(prompt, output) < 1:
+        raise ValueError(f"--lengths takes mean PROMPT,OUTPUT tokens, each >= 1, got {args.lengths!r}")
+    cfg = LoadConfig(rates=rates, min_requests=lo, max_requests=hi, prompt=Lengths(prompt, "uniform"),
+                     output=Lengths(output, "uniform"), ttft_slo_s=ttft, tpot_slo_s=tpot / 1e3,
+                     max_num_seqs=args.max_num_seqs)
+    gammas = None if args.gamma is None else tuple(g.strip() for g in args.gamma.split(","))
+    return run(args.target, args.draft, gammas, cfg, args.out, args.device, args.dtype, args.accept_rate,
+               not args.no_simulate, args.tree, args.hot_vocab, progress)[1]
