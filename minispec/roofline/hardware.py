@@ -141,7 +141,8 @@ def calibrate(device="cpu", dtype=torch.float32) -> Hardware:
             props = torch.cuda.get_device_properties(device)
             name, memory = props.name, props.total_memory
         else:
-            name = f"{platform.processor() or platform.machine()} CPU x{torch.get_num_threads()}"
+            threads = torch.get_num_threads()  # what the figures were measured with: not the machine's cores
+            name = f"{platform.processor() or platform.machine()} CPU, {threads} torch thread{'s' * (threads > 1)}"
             memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         bandwidth, flops = measure_bandwidth(device), measure_flops(device, dtype)
         _CALIBRATED[key] = Hardware(f"{name} (measured)", bandwidth, flops, memory)
