@@ -28,9 +28,20 @@ class Completion:
     text: str  # the prompt and its continuation; a chat model's answer alone
     stats: Stats
     marked: str | None = None  # the text with accepted draft tokens marked (``mark``), else None
+    continuation: str | None = None  # what the model wrote (the text less the prompt)
 
     def __str__(self) -> str:
         return self.text if self.marked is None else self.marked
+
+    @property
+    def hint(self) -> str | None:
+        """One line for a person who sees only whitespace come out (None otherwise): a small model decoded greedily
+        often repeats indentation after a short opening (the embedded 3.3M code model does after 'def fib(n):')."""
+        if not self.continuation or self.continuation.strip():
+            return None
+        return ("the continuation is only whitespace: greedy decoding of a small model often repeats indentation "
+                "after a short opening. Give it more to continue (a function head and its first line, e.g. "
+                "'def _current(self):\\n') or sample (--temperature 0.8)")
 
     def summary(self) -> str:
         """The run's numbers, one a line."""
@@ -65,12 +76,15 @@ def complete(prompt: str, model: str = "tiny-code-target", draft: str | None = N
 
     ``chat``: wrap the prompt in the tokenizer's chat template as a user turn (default: when it has
     one; an instruct model answers a bare prompt with its end-of-turn token at once). ``mark``: also
-    mark the accepted draft tokens, ``"color"`` (ANSI green) or ``"brackets"`` (between « »).
+    mark the accepted draft tokens, ``"color"`` (ANSI green), ``"carets"`` (a line of ^ under the characters
+    that came from accepted draft tokens, below each line that has any) or ``"brackets"`` (between « »).
     """
+    if not isinstance(prompt, str) or not prompt:
+        raise ValueError(f"the prompt is empty: give text to continue (a chat model: a question), got {prompt!r}")
     if model.startswith("shape:"):
         raise ValueError(f"{model} is random weights with no tokenizer; a text prompt needs a checkpoint")
-    if mark not in (None, "color", "brackets"):
-        raise ValueError(f"mark must be None, 'color' or 'brackets', got {mark!r}")
+    if mark not in (None, "color", "carets", "brackets"):
+        raise ValueError(f"mark must be None, 'color', 'carets' or 'brackets', got {mark!r}")
     if mark is not None and draft is None:
         raise ValueError("marking accepted draft tokens needs a draft: name one")
     SamplingParams(temperature, top_k, top_p)  # checked before anything loads, as the names are
@@ -97,9 +111,9 @@ def complete(prompt: str, model: str = "tiny-code-target", draft: str | None = N
     else:
         res = speculative_generate(target, drafter, [ids], gamma=gamma, **kw)
     head = "" if chat else prompt
-    text = head + tok.decode(res.tokens[0], skip_special_tokens=True)
-    marked = None if mark is None else head + _marked(tok, res.tokens[0], res.accepted[0], mark == "color")
-    return Completion(text, res.stats, marked)
+    continuation = tok.decode(res.tokens[0], skip_special_tokens=True)
+    marked = None if mark is None else _marked(tok, res.tokens[0], res.accepted[0], mark, head)
+    return Completion(head + continuation, res.stats, marked, continuation)
 
 
 @dataclass(frozen=True)
@@ -109,7 +123,7 @@ class Demo:
     header: str  # the pair, the setting and the device
     point: dict  # plain and speculative at batch 1: :func:`minispec.tools.bench.bench_point`'s row
     text: str  # the prompt and the speculative continuation, accepted draft tokens marked
-    color: bool  # marked in green (a terminal), else between « »
+    color: bool  # marked in green (a terminal), else by a line of ^ under each line
     sweep: list[dict]  # the batch sweep's rows (none when no batches were given)
 
     def __str__(self) -> str:
@@ -123,6 +137,10 @@ class Demo:
             lines.append(f"{name:24}{'':>12}{'-' if r[key] is None else format(r[key], '.2f'):>14}")
         lines.append(f"{'per-position acceptance':24}{'':>12}  "
                      + " ".join(f"{a:.2f}" for a in r["per_position_acceptance_rates"]))
+        lines += ["  (acceptance rate: accepted / drafted tokens, vLLM's figure; mean acceptance length: tokens a step",
+                  "   emits, 1 + accepted / steps; per-position: the share of steps whose i-th draft token was",
+                  "   accepted, with every one before it; alpha, below: accepted / tested, counting only the draft",
+                  "   tokens the accept test reached, up to each step's first rejection)"]
         for phase in dict.fromkeys([*r["plain_phase_s"], *r["phase_s"]]):
             cells = [f"{1e3 * d[phase]:.1f}" if phase in d else "" for d in (r["plain_phase_s"], r["phase_s"])]
             lines.append(f"{'time in ' + phase + ' ms':24}{cells[0]:>12}{cells[1]:>14}")
@@ -133,8 +151,8 @@ class Demo:
                          f"(draft pass / plain decode step, both timed in the loops) predicts "
                          f"{r['leviathan_speedup']:.2f}x; measured / predicted = "
                          f"{r['speedup'] / r['leviathan_speedup']:.2f}")
-        lines += [f"\ngenerated text (accepted draft tokens {'in green' if self.color else 'between «»'}):\n",
-                  self.text + "\n"]
+        marks = "in green" if self.color else "marked by a ^ under each of their characters"
+        lines += [f"\ngenerated text (accepted draft tokens {marks}):\n", self.text + "\n"]
         if self.sweep:
             be = break_even(self.sweep)
             lines += [f"batch sweep ({self.sweep[0]['max_new_tokens']} new tokens per row): where speculation "
@@ -170,23 +188,34 @@ def demo(target: str = "tiny-code-target", draft: str = "tiny-code-draft", gamma
               f"{model.device} {str(model.dtype).removeprefix('torch.')}"
               + (f", torch threads {torch.get_num_threads()}" if model.device.type == "cpu" else "")
               + f", median of {repeats} runs")
-    text = tok.decode(ids) + _marked(tok, spec.tokens[0], spec.accepted[0], color)
+    text = _marked(tok, spec.tokens[0], spec.accepted[0], "color" if color else "carets", tok.decode(ids))
     rows = sweep(model, drafter, sweep_cfg, tokens, progress=False) if sweep_cfg else []
     return Demo(header, point, text, color, rows)
 
 
-def _marked(tok, tokens: list[int], accepted: list[bool], color: bool) -> str:
-    """Decode tokens, marking runs of accepted draft tokens (ANSI green, or between « »)."""
-    out, run = [], []
-    for t, a in list(zip(tokens, accepted)) + [(None, False)]:
-        if a:
-            run.append(t)
-            continue
-        if run:
-            text = tok.decode(run, skip_special_tokens=True)
-            out.append(f"\x1b[32m{text}\x1b[0m" if color else f"«{text}»")
+def _marked(tok, tokens: list[int], accepted: list[bool], mark: str, head: str = "") -> str:
+    """``head``, then the tokens decoded, with the accepted draft tokens marked: ``"color"`` (ANSI green),
+    ``"carets"`` (under each line that has any, a line with ^ under each of their characters; the text's own lines
+    are left as they are, so runs of whitespace stay readable) or ``"brackets"`` (between « »). Tokens are decoded
+    a run of the same kind at a time, so a multi-byte character inside a run stays whole."""
+    runs, run, kind = [], [], None
+    for t, a in zip(tokens, accepted):
+        if run and a != kind:
+            runs.append((tok.decode(run, skip_special_tokens=True), kind))
             run = []
-        if t is not None:
-            out.append(tok.decode([t], skip_special_tokens=True))
-    return "".join(out)
-
+        run.append(t)
+        kind = a
+    if run:
+        runs.append((tok.decode(run, skip_special_tokens=True), kind))
+    if mark != "carets":
+        wrap = (lambda x: f"\x1b[32m{x}\x1b[0m") if mark == "color" else (lambda x: f"«{x}»")
+        return head + "".join(wrap(text) if a and text else text for text, a in runs)
+    out, line, under = [], "", ""
+    for text, a in [(head, False), *runs]:
+        for ch in text:
+            line += ch
+            under += "^" if a else ("\t" if ch == "\t" else " ")
+            if ch == "\n":
+                out.append(line + (under.rstrip() + "\n" if "^" in under else ""))
+                line, under = "", ""
+    return "".join(out) + line + ("\n" + under.rstrip() if "^" in under else "")
