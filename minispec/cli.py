@@ -3,18 +3,46 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import math
 import os
+import re
 import sys
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
+DESCRIPTION = ("minispec: speculative decoding you can read and measure. Each command checks its flags, calls one "
+               "library function and prints; 'minispec COMMAND --help' lists a command's flags with their defaults. "
+               "The default model, tiny-code-target, is a 3.3M-parameter byte-level model trained on Python's "
+               "standard library: it continues code. A function or method head with its first line, such as "
+               "'def _current(self):\\n', shows it best; after a short opening such as 'def fib(n):' greedy "
+               "decoding (the default) often repeats indentation, and --temperature 0.8 samples code instead.")
 DEVICE_HELP = "cpu, cuda or cuda:N (default: cuda when torch sees a CUDA device, else cpu)"
 DTYPES = ("float32", "bfloat16", "float16")
 DRAFT_HELP = ("a draft checkpoint (named as the target is), ngram (prompt lookup), layerskip:N (the target's first N "
               "layers), or an EAGLE head: tiny-code-eagle, smollm2-135m-eagle or its folder")
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose --help gives each flag's default unless its help says it; its subcommands' too."""
+
+    def add_argument(self, *args, **kwargs):
+        default, text = kwargs.get("default"), kwargs.get("help")
+        if (args and str(args[0]).startswith("-") and not (default is None or default is False)
+                and argparse.SUPPRESS not in (default, text) and "default" not in (text or "")):
+            kwargs["help"] = f"{text} (default: %(default)s)" if text else "default: %(default)s"
+        return super().add_argument(*args, **kwargs)
+
+
+def _joined(argv: list[str]) -> list[str]:
+    """argv with a negative list joined to its flag: argparse takes "-1,4" in "--rates -1,4" for a flag (a lone
+    "-1" for a number) and says "expected one argument"; "--rates=-1,4" reaches the command, which names it."""
+    out = []
+    for a in argv:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and "," in a and re.match(r"-\.?\d", a):
+            out[-1] += "=" + a
+        else:
+            out.append(a)
+    return out
 
 
 def _ints(text: str, flag: str) -> tuple[int, ...]:
@@ -104,12 +132,15 @@ def _generate(args) -> None:
     with timed(args):
         done = complete(args.prompt, args.model, args.draft, args.gamma, args.max_new_tokens, args.temperature,
                         args.top_k, args.top_p, args.seed, args.chat, args.device, args.dtype, args.tree,
-                        args.hot_vocab, mark=("color" if _color() else "brackets") if args.show_accepted else None)
+                        args.hot_vocab, mark=("color" if _color() else "carets") if args.show_accepted else None)
         print(done, flush=True)  # the text, then the numbers below it on stderr
         print("\n" + done.summary(), file=sys.stderr)
+        if done.hint:
+            print(f"minispec: note: {done.hint}", file=sys.stderr)
 
 
 def _bench(args) -> None:
+    from minispec.course.plots import plot_or_skip, plot_skipped
     from minispec.tools import bench
 
     try:
@@ -122,14 +153,16 @@ def _bench(args) -> None:
     kw = dict(device=args.device, dtype=args.dtype, prompts=args.prompts, out=args.out, compile=args.compile)
     if args.vllm and (args.plot or args.hf_baseline):
         raise ValueError("--vllm prints vLLM's table instead of the sweep; --plot and --hf-baseline need the sweep")
+    plot = plot_or_skip(args.plot)
     with timed(args):
         if args.vllm:
             table = bench.vllm_table(args.target, args.draft, cfg, **kw)
             print(table.note, file=sys.stderr)
         else:
-            table = bench.run(args.target, args.draft, cfg, plot=args.plot, hf_baseline=args.hf_baseline, **kw)
+            table = bench.run(args.target, args.draft, cfg, plot=plot, hf_baseline=args.hf_baseline, **kw)
             print(table.header, file=sys.stderr)
         print(table, flush=True)
+    plot_skipped(args.plot, plot)
 
 
 def _bench_arguments(p: argparse.ArgumentParser) -> None:
@@ -138,18 +171,18 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
                         "llama-8b, llama-1b, llama-draft-2l, tiny, tiny-draft)")
     p.add_argument("--draft", default="tiny-code-draft", help=DRAFT_HELP)
     p.add_argument("--batches", default="1,2,4,8,16,32", help="comma-separated batch sizes")
-    p.add_argument("--gammas", default="4")
-    p.add_argument("--temperatures", default="0")
-    p.add_argument("--max-new-tokens", type=int, default=64)
-    p.add_argument("--prompt-len", type=int, default=64)
+    p.add_argument("--gammas", default="4", help="comma-separated draft lengths")
+    p.add_argument("--temperatures", default="0", help="comma-separated temperatures (0: greedy)")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="tokens generated per row")
+    p.add_argument("--prompt-len", type=int, default=64, help="tokens of text in each prompt")
     p.add_argument("--prompts", default=None, metavar="FILE",
                    help="text to cut prompts from (default: the shipped code and prose samples)")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per point (the median is kept)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed runs before them")
     p.add_argument("--accept-rate", type=float, default=None, help="synthetic acceptance: Bernoulli(ALPHA) draws")
     p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument("--dtype", default=None, choices=DTYPES, help="default: the checkpoint's; bfloat16 for shapes")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the prompts and of sampling")
     p.add_argument("--out", default=None, help="append JSONL rows to this file (its folder is created)")
     p.add_argument("--plot", default=None, help="draw measured and modelled speedup against batch to this file")
     p.add_argument("--compile", action="store_true", help="torch.compile decode and verify with static shapes")
@@ -161,98 +194,10 @@ def _bench_arguments(p: argparse.ArgumentParser) -> None:
     add_threads(p)
 
 
-# --- roofline ---------------------------------------------------------------------------------
+def _roofline(args) -> None:
+    from minispec.tools.roofline_table import from_args
 
-def _roofline_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of ``minispec roofline``; the defaults are the reference model."""
-    from minispec.roofline import MODEL_SHAPES
-    from minispec.roofline.hardware import HARDWARE
-
-    shapes = sorted(MODEL_SHAPES)
-    parser.add_argument("--hardware", choices=sorted(HARDWARE), default="h100", help="accelerator (default h100)")
-    parser.add_argument("--target-shape", choices=shapes, default="llama-8b", help="target model (default llama-8b)")
-    parser.add_argument("--params", type=float, default=None, help="target parameters (default: the shape's, 8e9)")
-    parser.add_argument("--weight-bits", type=float, default=16, help="bits per target weight: 16 = BF16 (default), "
-                        "8 = FP8, 4 = W4A16")
-    parser.add_argument("--kv-bits", type=float, default=16, help="bits per KV-cache element (default 16)")
-    parser.add_argument("--draft-shape", choices=shapes, default=None,
-                        help="cost the draft from its own weights and KV cache instead of --c")
-    parser.add_argument("--draft-kv-window", type=int, default=None,
-                        help="KV tokens the draft reads per row at most (StreamingLLM-style; default: all)")
-    parser.add_argument("--alpha", type=float, default=0.8, help="acceptance rate (default 0.8)")
-    parser.add_argument("--gamma", type=int, default=4, help="draft tokens per step (default 4)")
-    parser.add_argument("--c", type=float, default=0.05, help="draft step cost / target step cost (default 0.05)")
-    parser.add_argument("--context", type=int, default=0, help="tokens in each row's KV cache (default 0)")
-    parser.add_argument("--batches", default="1,2,4,8,16,32,64,128,256", help="comma-separated batch sizes")
-    parser.add_argument("--usable-fraction", type=float, default=0.9,
-                        help="memory share for weights and KV, like vLLM's gpu_memory_utilization (default 0.9)")
-    parser.add_argument("--gamma-max", type=int, default=8, help="longest draft --vllm may choose (default 8)")
-    parser.add_argument("--vllm", action="store_true",
-                        help="print only the JSON keys for vLLM's --speculative-config: the best gamma per batch range")
-    parser.add_argument("--plot", metavar="FILE", help="also save speedup against batch to FILE (e.g. .png)")
-
-
-def _roofline(args: argparse.Namespace) -> None:
-    """Print the speedup table, memory limit, compute-bound and break-even batches; or vLLM's config."""
-    import json
-
-    from minispec.roofline import (
-        MODEL_SHAPES,
-        break_even_batch,
-        compute_bound_batch,
-        expected_tokens,
-        max_batch,
-        quantized,
-        speculative_speedup,
-        speedup_table,
-        vllm_speculative_config,
-    )
-    from minispec.roofline.hardware import HARDWARE
-
-    hw = HARDWARE[args.hardware]
-    model = MODEL_SHAPES[args.target_shape]
-    model = dataclasses.replace(model if args.weight_bits == 16 else quantized(model, args.weight_bits),
-                                params=args.params or model.params, bytes_per_kv=args.kv_bits / 8)
-    draft = MODEL_SHAPES[args.draft_shape] if args.draft_shape else None
-    mem = dict(draft=draft, draft_kv_window=args.draft_kv_window)
-    kw = dict(alpha=args.alpha, draft_cost=args.c, hardware=hw, model=model, context=args.context, **mem)
-    if args.vllm:
-        print(json.dumps(vllm_speculative_config(gamma_max=args.gamma_max, usable_fraction=args.usable_fraction, **kw)))
-        return
-    kw["gamma"] = args.gamma
-    batches = [int(b) for b in args.batches.split(",")]
-    fits = max_batch(hw, model, args.context, usable_fraction=args.usable_fraction, **mem)
-    drafter = (f"draft {draft.name}" + (f", KV window {args.draft_kv_window}" if args.draft_kv_window else "")
-               if draft else f"c {args.c}")
-    print(f"{hw.name}: {hw.memory_bandwidth / 1e12:.3g} TB/s, {hw.peak_flops / 1e12:.4g} TFLOP/s, "
-          f"ridge {hw.ridge:.0f} FLOP/byte, {hw.memory_bytes / 1e9:.0f} GB; target {model.name} "
-          f"({model.params / 1e9:.3g}B params x {model.bytes_per_param:g} B); {drafter}; "
-          f"alpha {args.alpha}, gamma {args.gamma}, context {args.context}; "
-          f"E = {expected_tokens(args.alpha, args.gamma):.2f} tokens/row/step")
-    print(f"{'batch':>6} {'plain ms':>9} {'spec ms':>9} {'c':>6} {'tokens/step':>12} {'speedup':>8}")
-    for row in speedup_table(batches, usable_fraction=args.usable_fraction, **kw):
-        print(f"{row['batch']:>6} {row['plain_ms']:>9.3f} {row['speculative_ms']:>9.3f} {row['draft_cost']:>6.3f} "
-              f"{row['tokens_per_step']:>12.1f} {row['speedup']:>7.2f}x" + ("" if row["fits"] else "  does not fit"))
-    share = f"{args.usable_fraction:.0%} of {hw.memory_bytes / 1e9:.0f} GB"
-    if fits == 0:
-        print(f"memory: the weights alone do not fit in {share}")
-    elif fits == math.inf:
-        print(f"memory: the weights fit in {share}; at context 0 rows hold no KV, so every batch fits")
-    else:
-        print(f"memory: at most {fits} rows fit in {share} (weights, and KV at context {args.context}, of the "
-              f"target{' and draft' if draft else ''})")
-    cb = compute_bound_batch(args.gamma, hw, model, args.context)
-    print(f"verification ({args.gamma + 1} tokens/row) turns compute-bound at batch {cb:.1f}")
-    print(f"break-even (speedup 1.0) at batch {break_even_batch(**kw):.1f}")
-    if args.plot:
-        from minispec.course.plots import plot_speedup_vs_batch
-
-        grid = [2 ** (i / 8) for i in range(8 * math.ceil(math.log2(max(batches))) + 1)]
-        curve = [(B, speculative_speedup(B, **kw)) for B in grid]
-        label = f"alpha {args.alpha}, gamma {args.gamma}, {drafter}, context {args.context}"
-        fig = plot_speedup_vs_batch({label: curve}, cb, title=f"{model.name} on {hw.name}", max_batch=fits)
-        fig.savefig(args.plot, dpi=150)
-        print(f"saved {args.plot}")
+    from_args(args)
 
 
 def _train(args) -> None:
@@ -326,18 +271,18 @@ def _vs_vllm(args) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="minispec", description=__doc__)
+    parser = _Parser(prog="minispec", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("demo", help="plain vs speculative decoding side by side, then a batch sweep")
     p.add_argument("--target", default="tiny-code-target", help="embedded name or checkpoint directory")
     p.add_argument("--draft", default="tiny-code-draft", help=DRAFT_HELP)
-    p.add_argument("--gamma", type=_positive, default=4)
-    p.add_argument("--max-new-tokens", type=_positive, default=128)
-    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--gamma", type=_positive, default=4, help="draft tokens per step")
+    p.add_argument("--max-new-tokens", type=_positive, default=128, help="tokens to generate")
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy; above 0, sampled exactly")
     p.add_argument("--prompt", default=None, help="text to continue (default: held-out standard-library code)")
     p.add_argument("--prompt-len", type=_positive, default=64, help="tokens of held-out text used as each prompt")
-    p.add_argument("--repeats", type=_positive, default=3)
+    p.add_argument("--repeats", type=_positive, default=3, help="timed runs (the median is shown)")
     p.add_argument("--batches", default="1,2,4,8,16,32,64", help="the sweep's batch sizes ('' to skip it)")
     p.add_argument("--device", default=None, help=DEVICE_HELP)
     p.add_argument("--dtype", default=None, choices=DTYPES, help="default: the checkpoint's")
@@ -345,8 +290,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_demo)
 
     p = sub.add_parser("generate", help="continue a prompt (or answer it, for a chat model), plainly or speculatively")
-    p.add_argument("prompt")
-    p.add_argument("--model", default="tiny-code-target", help="embedded name, checkpoint directory or fetched name")
+    p.add_argument("prompt", help="the text to continue (a chat model: the question); the default model continues "
+                   "Python code, best from a function head and its first line, e.g. $'def _current(self):\\n'")
+    p.add_argument("--model", default="tiny-code-target",
+                   help="embedded name (tiny-code-target: a 3.3M byte-level model of standard-library Python), "
+                        "checkpoint directory or fetched name (smollm2-135m-instruct)")
     p.add_argument("--draft", default=None, help=DRAFT_HELP + " (default: none, plain decoding)")
     p.add_argument("--tree", default=None, metavar="SPEC",
                    help="grow a tree of draft tokens with the draft (a model, layerskip:N or an EAGLE head): "
@@ -357,12 +305,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="draft tokens per step, or auto (default 4; with --tree, the depth drafted: the tree's own)")
     p.add_argument("--show-accepted", action="store_true",
                    help="mark the tokens the draft proposed and the target accepted: green on a terminal, "
-                        "between « » otherwise")
-    p.add_argument("--max-new-tokens", type=_positive, default=128)
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--top-k", type=int, default=None)
-    p.add_argument("--top-p", type=float, default=None)
-    p.add_argument("--seed", type=int, default=None)
+                        "otherwise a ^ under each of their characters on the line below")
+    p.add_argument("--max-new-tokens", type=_positive, default=128, help="tokens to generate at most")
+    p.add_argument("--temperature", type=float, default=0.0, help="0: greedy; above 0, sampled exactly")
+    p.add_argument("--top-k", type=int, default=None, help="sample from the k likeliest tokens (needs a temperature)")
+    p.add_argument("--top-p", type=float, default=None,
+                   help="sample from the likeliest tokens holding this much mass (needs a temperature)")
+    p.add_argument("--seed", type=int, default=None, help="sampling's seed (default: a fresh one each run)")
     p.add_argument("--chat", action=argparse.BooleanOptionalAction, default=None,
                    help="wrap the prompt in the tokenizer's chat template (default: on when it has one)")
     p.add_argument("--device", default=None, help=DEVICE_HELP)
@@ -391,7 +340,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_vs_vllm)
 
     p = sub.add_parser("roofline", help="the roofline model's speedup table (reference: 8B on an H100)")
-    _roofline_arguments(p)
+    from minispec.tools.roofline_table import add_arguments as roofline_arguments  # its own flags
+    roofline_arguments(p)
     p.set_defaults(func=_roofline)
 
     p = sub.add_parser("train", help="train an embedded byte-level model, or an EAGLE head for a target, on a CPU")
@@ -423,12 +373,26 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_joined(sys.argv[1:] if argv is None else list(argv)))
+    seen, format_before = set(), warnings.formatwarning
+
+    def one_line(message, category, filename, lineno, line=None) -> str:
+        """A warning as the command's own line on stderr, each text once (not a source path and line)."""
+        text = str(message)
+        if text in seen:
+            return ""
+        seen.add(text)
+        sys.stdout.flush()
+        return f"minispec: warning: {text}\n"
+
+    warnings.formatwarning = one_line  # formatting only: a caller that records warnings still gets them
     try:
         return args.func(args) or 0
     except ValueError as e:
         print(f"minispec: error: {e}", file=sys.stderr)
         return 2
+    finally:
+        warnings.formatwarning = format_before
 
 
 if __name__ == "__main__":
