@@ -235,6 +235,8 @@ def test_decoding_commands_take_threads_and_warn_under_load(monkeypatch, capsys)
 
 
 class _FakeCompletion:
+    hint = None  # no note about the text
+
     def __str__(self):
         return "text"
 
