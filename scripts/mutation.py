@@ -283,6 +283,8 @@ def child(args) -> None:
     for module, names in reset.items():
         if names:
             reset_verdicts(WORK, module, names)
+    # every name to run has no verdict now (reruns were reset above), so any verdict it gets comes from this commit
+    ran_path.write_text(json.dumps(ran_on | dict.fromkeys(todo, commit), indent=0))
     start = time.time()
     try:
         if todo:
@@ -290,12 +292,6 @@ def child(args) -> None:
     except KeyboardInterrupt:
         print("stopped: run the same command again to resume", flush=True)
     finally:
-        for module in args.modules:
-            codes = read_meta(WORK, module)["exit_code_by_key"]
-            for k in todo:
-                if k in codes and codes[k] is not None and k.startswith(module_key(module) + "."):
-                    ran_on[k] = commit
-        ran_path.write_text(json.dumps(ran_on, indent=0))
         with open(WORK / "log.jsonl", "a") as log:
             log.write(json.dumps({"commit": commit, "modules": args.modules, "mutants": len(todo),
                                   "max_children": args.max_children, "seconds": round(time.time() - start),
@@ -451,6 +447,8 @@ def summarise(module: str, plan: dict, meta: dict, described: dict, ran_on: dict
     entry["mutant_seconds"] = round(sum(v for k, v in meta.get("durations_by_key", {}).items() if k in chosen))
     entry["survivors"] = [{"name": k, "change": described[k]["change"], "equivalent": listed.get(k)}
                           for k in survivors]
+    entry["untested"] = [{"name": k, "change": described[k]["change"]} for k in chosen
+                         if status_of(codes.get(k)) == "no_tests"]  # in code no selected test runs
     return entry
 
 
