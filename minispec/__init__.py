@@ -6,7 +6,8 @@
     out = minispec.speculative_generate(target, draft, [tok.encode("def main(")], gamma=4, max_new_tokens=64)
     print(tok.decode(out.tokens[0]), out.stats.acceptance_rate)
 
-Drafts that need no draft model: ``minispec.PromptLookupDraft()`` and ``minispec.LayerSkipDraft(target, n)``.
+Drafts that need no draft model: ``minispec.PromptLookupDraft()``, ``minispec.SuffixDraft()`` (suffix decoding) and
+``minispec.LayerSkipDraft(target, n)``.
 A tree of drafts verified in one pass: ``minispec.TreeDraft(draft, branching=(4, 2, 2, 1))`` or
 ``minispec.TreeDraft(draft, budget=16, depth=5)`` (EAGLE-2's dynamic tree). Under load, requests that come and go:
 ``minispec.Engine(target, draft).run([minispec.Request(prompt, 64), ...])`` (continuous batching, paged KV).
@@ -20,6 +21,7 @@ from minispec.drafts.base import Draft
 from minispec.drafts.eagle import EagleDraft
 from minispec.drafts.lookup import PromptLookupDraft
 from minispec.drafts.model import LayerSkipDraft, ModelDraft
+from minispec.drafts.suffix import SuffixDraft
 from minispec.drafts.tree import TreeDraft
 from minispec.engine import Engine, Request
 from minispec.model.config import ModelConfig
@@ -44,5 +46,5 @@ __all__ = [
     "Model", "ModelConfig", "ModelDraft", "ModelShape", "PromptLookupDraft", "SamplingParams", "Stats", "TreeDraft",
     "EagleDraft", "Engine", "Request", "accept_reject", "break_even_batch", "compute_bound_batch", "expected_tokens",
     "fetch", "generate", "grade_accept_rule", "leviathan_speedup", "load", "speculative_generate",
-    "speculative_speedup", "step_time",
+    "speculative_speedup", "step_time", "SuffixDraft",
 ]

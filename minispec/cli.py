@@ -18,7 +18,8 @@ DESCRIPTION = ("minispec: speculative decoding you can read and measure. Each co
                "decoding (the default) often repeats indentation, and --temperature 0.8 samples code instead.")
 DEVICE_HELP = "cpu, cuda or cuda:N (default: cuda when torch sees a CUDA device, else cpu)"
 DTYPES = ("float32", "bfloat16", "float16")
-DRAFT_HELP = ("a draft checkpoint (named as the target is), ngram (prompt lookup), layerskip:N (the target's first N "
+DRAFT_HELP = ("a draft checkpoint (named as the target is), ngram (prompt lookup), suffix or suffix:tree (suffix "
+              "decoding, no model: a chain as vLLM's, or Arctic's trees), layerskip:N (the target's first N "
               "layers), or an EAGLE head: tiny-code-eagle, smollm2-135m-eagle or its folder")
 
 

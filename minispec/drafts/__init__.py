@@ -7,6 +7,9 @@
   PromptLookupDraft (lookup.py) the tokens that followed the last n-gram's most recent earlier occurrence in the
                     row's own prompt and output (Saxena 2023; vLLM's "ngram", Hugging Face's
                     prompt_lookup_num_tokens): no model, no memory, c ~ 0
+  SuffixDraft       (suffix.py, suffix_tree.py) suffix decoding (SuffixDecoding; Arctic Inference; vLLM's "suffix"):
+                    what followed the row's latest tokens in its prompt and output and in earlier requests' outputs,
+                    counted in suffix trees, as a chain or a tree sized by those counts: no model, c ~ 0
   TreeDraft         (tree.py) a tree of drafts from a draft model: a static shape (Medusa, SpecInfer) or a
                     dynamic tree grown by cumulative draft probability (EAGLE-2)
 

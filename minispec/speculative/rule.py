@@ -98,7 +98,7 @@ def verify_tree(p: torch.Tensor, q, x: torch.Tensor, tree: Tree, u: torch.Tensor
     one-hot (temperature 0), and :func:`verify_greedy` gives the same answer without walking over V.
     """
     if greedy:
-        return verify_greedy(p, x, tree, draw)
+        return verify_greedy(p, x, tree, draw, q)
     B = x.shape[0]
     kids = children(tree.parent, tree.width)  # (B, T+1, width)
     q_x = q_of(q, x)  # (B, T)
@@ -128,13 +128,16 @@ def verify_tree(p: torch.Tensor, q, x: torch.Tensor, tree: Tree, u: torch.Tensor
     return path, rank, draw(r)
 
 
-def verify_greedy(p: torch.Tensor, x: torch.Tensor, tree: Tree, draw):
+def verify_greedy(p: torch.Tensor, x: torch.Tensor, tree: Tree, draw, q=None):
     """:func:`verify_tree` where p is one-hot: a child is accepted when it is the first of its siblings whose
     token is the target's argmax at their parent, and the walk goes on below it. Computed for all nodes at
-    once, in O(depth) small ops on (B, T) tensors instead of a walk over (B, V) distributions."""
+    once, in O(depth) small ops on (B, T) tensors instead of a walk over (B, V) distributions. ``q``: as
+    verify_tree's; a node where it is zero (nothing proposed: a smaller tree's padding) is never accepted."""
     B, T = x.shape
     best = p.argmax(-1)  # (B, T+1) the target's token after each node
     hit = x == best.gather(1, tree.parent)  # (B, T) the node is its parent's argmax
+    if q is not None:
+        hit &= q_of(q, x) > 0  # (B, T) and was proposed
     same = tree.parent[:, None, :] == tree.parent[:, :, None]  # (B, T, T) siblings (and itself)
     earlier = same & (torch.arange(T, device=x.device)[None, :] < torch.arange(T, device=x.device)[:, None])
     hit &= ~(earlier & hit[:, None, :]).any(-1)  # (B, T) only the first sibling that hits

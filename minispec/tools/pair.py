@@ -18,6 +18,7 @@ import torch
 from minispec.drafts.eagle import SHIPPED, EagleConfig, EagleDraft
 from minispec.drafts.lookup import PromptLookupDraft
 from minispec.drafts.model import LayerSkipDraft
+from minispec.drafts.suffix import SuffixDraft
 from minispec.drafts.tree import TreeDraft, check_tree
 from minispec.model.config import config_from_hf
 from minispec.model.load import ASSETS, load, resolve, sample_text
@@ -27,6 +28,7 @@ DRAFTS = "a draft checkpoint (named as the target is), ngram (prompt lookup), la
          f"layers), or an EAGLE head ({', '.join(SHIPPED)} or its folder)"
 TREE_KEYS = {"branching": "children per node at each depth", "budget": "nodes verified (dynamic tree)",
              "depth": "draft passes (dynamic tree)", "topk": "children per expanded node (dynamic tree; default 4)"}
+SUFFIX = ("suffix", "suffix:tree")  # suffix decoding (no model): a chain as vLLM's "suffix", or Arctic's trees
 
 
 @dataclass(frozen=True)
@@ -110,6 +112,13 @@ def check_pair(target: str, draft: str | None = None, device=None, dtype=None, t
                              "not from ngram prompt lookup")
     kind = None if draft is None else "ngram" if draft == "ngram" else "layerskip" if draft.startswith(
         "layerskip:") else "eagle" if _is_eagle(draft) else "model"
+    if draft is not None and draft.split(":")[0] == "suffix":  # suffix decoding: no model
+        if draft not in SUFFIX:
+            raise ValueError(f"suffix decoding is --draft suffix (a chain, as vLLM's) or suffix:tree (Arctic's trees), "
+                             f"got {draft!r}")
+        if tree is not None:
+            raise ValueError("suffix decoding grows its own trees: --draft suffix:tree, without --tree")
+        kind = "suffix"
     if hot_vocab is not None and kind != "eagle":
         raise ValueError("a hot vocabulary is an EAGLE head's: name one as the draft")
     if kind == "layerskip":
@@ -178,6 +187,8 @@ def load_pair(target: str, draft: str | None = None, device=None, dtype=None, tr
         return model, tok, None
     if pair.kind == "ngram":
         drafter = PromptLookupDraft()
+    elif pair.kind == "suffix":
+        drafter = SuffixDraft(use_tree_spec=draft == "suffix:tree")
     elif pair.kind == "layerskip":
         drafter = LayerSkipDraft(model, int(draft.removeprefix("layerskip:")))
     elif pair.kind == "eagle":
