@@ -75,6 +75,14 @@ def acceptance(c: dict) -> dict:
             "mean_k": t / d if d else None}
 
 
+def same_counters(a: dict, b: dict) -> bool:
+    """Drafts, draft tokens, accepted tokens and accepted per position alike (vLLM's per-position vector runs to
+    num_speculative_tokens, so trailing zeros do not count)."""
+    strip = lambda xs: list(xs[: max((i + 1 for i, x in enumerate(xs) if x), default=0)])  # noqa: E731
+    return all(a[k] == b[k] for k in ("num_drafts", "draft_tokens", "accepted_tokens")) and strip(
+        a["accepted_per_position"]) == strip(b["accepted_per_position"])
+
+
 def add_counters(total: dict, more: dict) -> dict:
     """Counters of several runs summed (lists position by position)."""
     out = dict(total)
@@ -159,6 +167,13 @@ def load_table(rows: list[dict]) -> str:
     return text_table(cells, left=4)
 
 
+def paired(rows: list[dict]) -> list[tuple[dict, dict]]:
+    """(minispec's row, vLLM's row) for every grid or static run both engines served."""
+    key = lambda r: (r["workload"], r["setting"], r["mode"], r.get("rate"), r.get("batch"), r["seed"])  # noqa: E731
+    vllm = {key(r): r for r in rows if r["engine"] == "vllm" and not r.get("bisect")}
+    return [(r, vllm[key(r)]) for r in rows if r["engine"] == "minispec" and not r.get("bisect") and key(r) in vllm]
+
+
 def goodputs(rows: list[dict], attainment: float) -> dict:
     """(workload, setting, engine) -> [goodput of each seed]."""
     tried: dict = {}
@@ -236,11 +251,17 @@ def text(rows: list[dict], cfg, meta: dict | None = None) -> str:
     parts += ["\nWhere speculation stops paying (measured):", *crossover(rows, cfg.attainment)]
     both = [r for r in rows if "tokens_equal" in r and r["engine"] == "minispec"]
     if both:
-        spec = [r for r in both if r["setting"] != "plain"]
+        pairs = paired(rows)
+        fixed = [same_counters(m, v) for m, v in pairs if m["setting"] != "plain" and "K table" not in m["setting"]]
+        table = [same_counters(m, v) for m, v in pairs if "K table" in m["setting"]]
         same = sum(r["tokens_equal"] == 1 for r in both)
         parts.append(f"\nThe same tokens from both engines in {same} of {len(both)} runs; the same acceptance "
-                     f"counters (drafts, draft tokens, accepted per position) in "
-                     f"{sum(r['counters_equal'] for r in spec)} of {len(spec)} speculative runs.")
+                     f"counters (drafts, draft tokens, accepted per position) in {sum(fixed)} of {len(fixed)} "
+                     "speculative runs at a fixed K (under load the engines preempt different rows at different "
+                     "steps, and a preempted row's pending draft is dropped)" + (
+                         f" and {sum(table)} of {len(table)} with the K table (vLLM looks K up by every request "
+                         "scheduled in a step, prefill chunks included; minispec by the rows decoding)" if table
+                         else "") + ".")
     loads = [x for r in rows for x in (r["loadavg_before"], r["loadavg_after"])]
     parts.append(
         f"\nClock: each engine's own steps, idle gaps {'slept through (realtime)' if cfg.realtime else 'skipped'}; "

@@ -89,6 +89,7 @@ def row(engine, setting, rate, tpot, thr, slo=1.0, mode="load", seed=0, **kw):
             "throughput_all": thr, "slo_met": slo, "acceptance_rate": 0.5 if setting != "plain" else None,
             "mean_acceptance_length": 2.0 if setting != "plain" else None, "preemptions": 0, "loadavg_before": 1.0,
             "loadavg_after": 1.5, "wall_s": 1.0, "tokens_equal": 1.0, "counters_equal": True, "mean_k": 4.0,
+            "num_drafts": 10, "draft_tokens": 40, "accepted_tokens": 20, "accepted_per_position": [8, 6, 4, 2],
             **key, **kw}
 
 
@@ -110,7 +111,14 @@ def test_the_tables_divide_minispec_by_vllm_and_find_where_speculation_stops_pay
     assert "gains at every rate tried" in theirs and "below plain from batch 1" in theirs
     cfg = VsConfig(workloads=("pair",), seeds=(0,))
     text = vs_vllm_report.text(rows, cfg)
-    assert "The same tokens from both engines in 6 of 6 runs" in text and "in 3 of 3 speculative runs" in text
+    assert "The same tokens from both engines in 6 of 6 runs" in text
+    assert "in 3 of 3 speculative runs at a fixed K" in text
+    rows[-1]["accepted_per_position"] = [8, 6, 4, 1]  # vLLM's static draft row: one count off
+    assert "in 2 of 3 speculative runs at a fixed K" in vs_vllm_report.text(rows, cfg)
+    same = dict(num_drafts=3, draft_tokens=9, accepted_tokens=4, accepted_per_position=[2, 1, 1])
+    assert vs_vllm_report.same_counters(same, same | {"accepted_per_position": [2, 1, 1, 0]})  # vLLM's K-long vector
+    assert not vs_vllm_report.same_counters(same, same | {"accepted_per_position": [2, 2, 0, 0]})
+    assert not vs_vllm_report.same_counters(same, same | {"num_drafts": 4})
     table_rows = rows + [replace_setting(r) for r in rows if r["setting"] == "draft" and r["mode"] == "load"]
     kt = vs_vllm_report.k_table_text(table_rows, cfg, {"num_speculative_tokens": 4,
                                                        "num_speculative_tokens_per_batch_size": [[1, 64, 3]]})

@@ -4,8 +4,8 @@ engines (greedy); every figure present for both, with its ratio.
 
 It runs the command in a child process (vLLM's engine core spawns, and the command line is how the lead runs it),
 with vLLM's default process layout. Most of its time is two vLLM start-ups (each 30-50 s at load 8-12 on this 2-core
-machine, 80-175 s at load 15-20); measured: 9.6 minutes at load 15-20, not yet timed on a quiet machine. Skipped where
-vLLM is not installed: ``bash scripts/vllm_env.sh && . .venv-vllm/bin/activate``.
+machine, 80-175 s at load 15-20); measured: 7.3 and 9.6 minutes at load 15-20, not yet timed on a quiet machine.
+Skipped where vLLM is not installed: ``bash scripts/vllm_env.sh && . .venv-vllm/bin/activate``.
 """
 
 from __future__ import annotations
