@@ -301,7 +301,9 @@ def main(argv=None) -> None:
     rounds = (1 if args.quick else 3) if args.rounds is None else args.rounds
     if rounds < 1:
         raise SystemExit(f"--rounds must be >= 1, got {rounds}")
-    batches, budgets, max_new = ((1, 4), (1, 4, 16), 12) if args.quick else ((1, 4, 16, 64), (1, 2, 4, 8, 16, 32, 64),
+    # max_new_tokens past the deepest best tree (16 deep at budget 64): speculative_generate drafts at most
+    # max_new_tokens - 1 deep a step, so a shallower call would cut the tree and verify fewer nodes than its budget
+    batches, budgets, max_new = ((1, 4), (1, 4, 16), 17) if args.quick else ((1, 4, 16, 64), (1, 2, 4, 8, 16, 32, 64),
                                                                              32)
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)  # a tiny model on a shared machine times more steadily on one thread

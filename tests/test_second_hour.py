@@ -8,8 +8,8 @@ import sys
 import warnings
 
 import pytest
+from support import random_model
 
-from conftest import random_model
 from minispec.cli import build_parser, main
 from minispec.decoding.plain import generate
 from minispec.decoding.sampling import SamplingParams

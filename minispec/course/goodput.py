@@ -1,4 +1,4 @@
-"""Goodput in steady state, from the serving simulator: DistServe's SLO goodput bisected per seed, and the other two.
+"""Goodput in steady state, from the serving simulator: DistServe's SLO goodput bisected per seed, beside the other two.
 
 Three quantities go by the name *goodput*, and a lesson must say which it quotes:
 

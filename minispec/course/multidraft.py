@@ -1,4 +1,4 @@
-"""Multi-draft verification: k draft tokens for one position, and the most of them a verifier can accept.
+"""Multi-draft verification: of k draft tokens for one position, the most an exact verifier can accept.
 
 With one draft token x ~ q, the accept rule keeps x with probability min(1, p(x)/q(x)) and the output still follows p
 exactly; its acceptance is sum_v min(p(v), q(v)) = 1 - TV(p, q), the most any exact verifier of one draft can get.

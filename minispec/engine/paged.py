@@ -1,4 +1,4 @@
-"""The KV pool in blocks, and a padded view of it for the drafts: a KV cache whose slots live anywhere in one pool.
+"""The KV pool in blocks, with the padded view of it the drafts read: a KV cache whose slots live anywhere in one pool.
 
 :class:`PagedPool` holds the keys and values of every sequence, block by block:
 ``k[layer]`` is (P, K, D) with P = (num_blocks + 1) x block_size physical slots (the last block is

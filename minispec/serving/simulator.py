@@ -205,12 +205,12 @@ def simulate(requests: list[Request], steps: StepTimes, speculation: int | Gamma
                           float(ctx.mean()) if B else 0.0, prompt))
         alpha = np.array([alphas[s][:gamma] for s in plan.decode]).reshape(B, gamma)  # (B, gamma) by position
         n = (rng.random((B, gamma)) < alpha).cumprod(axis=1).sum(axis=1)  # (B,) accepted: the run before a rejection
-        n = np.minimum(n, plan.k) if B else n  # (B,) a draft cut to fit the token budget proposed only k
+        n = np.minimum(n, plan.k) if B else n  # (B,) a chain cut to the budget or to max_new_tokens - 1 drafted k
         new = {s: ([0] * (k + 1), [True] * k + [False]) for s, k in zip(plan.decode, n.tolist())}  # + the target's
         new |= {s: ([0], [False]) for s, k in plan.prefill if s.num_computed + k == s.prompt_len == s.num_tokens}
         engine.update(plan, new, t)  # adds the tokens (up to each request's output length), frees blocks
         if policy is not None and gamma and B:
-            policy.observe(int(n.sum()), int(np.minimum(n + 1, gamma).sum()))  # tested: up to the first rejection
+            policy.observe(int(n.sum()), int(np.minimum(n + 1, plan.k).sum()))  # tested: up to the first rejection
     for r, s in zip(requests, seqs):
         r.first_token_s, r.finish_s = s.first_token_s, s.finish_s
     return Run(requests, trace, policy, engine.preemptions)

@@ -4,9 +4,9 @@ import math
 
 import pytest
 import torch
+from support import random_model
 
 import minispec
-from conftest import random_model
 
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], [12], [13, 14, 15, 16, 17]]
 

@@ -9,9 +9,9 @@ row's draws dependent on each other; this test sees it.
 
 import pytest
 import torch
+from support import Scripted
 
 import minispec
-from conftest import Scripted
 from minispec.decoding import sampling
 from minispec.drafts.eagle import EagleDraft
 from minispec.drafts.tree import TreeDraft

@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+from support import PROMPTS, random_model
 
 import minispec
-from conftest import PROMPTS, random_model
 from minispec.decoding.sampling import MIN_TEMPERATURE, SamplingParams, probabilities, sample
 
 

@@ -3,9 +3,9 @@ from-scratch computation, saved and loaded, and the shipped head drafts better t
 
 import pytest
 import torch
+from support import PROMPTS, Scripted, empirical_tv, random_model
 
 import minispec
-from conftest import PROMPTS, Scripted, empirical_tv, random_model
 from minispec.course.grader import tv_bound
 from minispec.decoding.sampling import SamplingParams
 from minispec.drafts.eagle import EagleConfig, EagleDraft, EagleModel

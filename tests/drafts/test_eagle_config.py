@@ -12,8 +12,8 @@ import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
+from support import random_model, tiny_config
 
-from conftest import random_model, tiny_config
 from minispec.drafts.eagle import EagleConfig, EagleDraft, EagleModel
 from minispec.roofline import eagle_head_shape
 

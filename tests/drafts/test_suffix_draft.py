@@ -4,10 +4,10 @@ tokens (and, across calls, for the earlier calls' outputs); the tokens per step 
 
 import pytest
 import torch
+from support import Scripted, V, empirical_tv, random_model
 from test_suffix_reference import NaiveCache, check
 
 import minispec
-from conftest import Scripted, V, empirical_tv, random_model
 from minispec.course.grader import tv_bound
 from minispec.decoding.sampling import PointMass
 from minispec.decoding.tree import Tree

@@ -14,9 +14,9 @@ accept rule is exact for any q; only acceptance drops. So these tests check the 
 
 import pytest
 import torch
+from support import Scripted
 
 import minispec
-from conftest import Scripted
 from minispec.decoding.sampling import DRAFT, PointMass, SamplingParams, philox4x32, probabilities, row_keys, sample
 from minispec.drafts.eagle import EagleDraft
 from minispec.drafts.model import LayerSkipDraft, ModelDraft
@@ -266,7 +266,8 @@ def test_a_greedy_dynamic_tree_of_the_target_accepts_its_whole_depth(code):
 def test_an_eagle_heads_proposals_from_scratch_at_the_edges_of_a_batch(lengths):
     """The longest prompt of two tokens (one pair to read before the first step), and positions past the feature
     width (64 here): each proposal of a chain and a tree still equals the head's from-scratch computation."""
-    from conftest import random_model
+    from support import random_model
+
     from minispec.drafts.eagle import EagleConfig, EagleModel
 
     target = random_model(seed=0, logit_scale=4.0)

@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+from support import V, empirical_tv, random_model
 
 import minispec
-from conftest import V, empirical_tv, random_model
 from minispec import TreeDraft
 from minispec.course.grader import tv_bound
 from minispec.decoding.tree import Tree, static_tree, tree_mask

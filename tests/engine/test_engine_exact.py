@@ -3,9 +3,9 @@ is preempted; sampled requests follow the target's distribution."""
 
 import pytest
 import torch
+from support import random_model
 
 import minispec
-from conftest import random_model
 from minispec.course.grader import tv_bound
 from minispec.decoding.sampling import SamplingParams, probabilities
 from minispec.engine import Engine, Request

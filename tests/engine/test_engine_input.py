@@ -4,9 +4,9 @@ import math
 import time
 
 import pytest
+from support import random_model
 
 import minispec
-from conftest import random_model
 from minispec.engine import Engine, Request
 
 

@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+from support import random_model
 
 import minispec
-from conftest import random_model
 from minispec.decoding.plain import DecodeState
 from minispec.decoding.sampling import Sampler, SamplingParams
 from minispec.drafts.model import ModelDraft

@@ -3,9 +3,9 @@ drafts cut to the token budget, acceptance counted up to an EOS."""
 
 import pytest
 import torch
+from support import random_model
 
 import minispec
-from conftest import random_model
 from minispec.engine import Engine, Request
 from minispec.model.load import sample_text
 from minispec.roofline.policy import FixedPolicy

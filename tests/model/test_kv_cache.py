@@ -1,8 +1,7 @@
 """The ragged cache: per-row positions, rollback that copies nothing, stale slots invisible."""
 
 import torch
-
-from conftest import random_model
+from support import random_model
 
 
 def test_rollback_equals_a_fresh_cache():

@@ -94,12 +94,13 @@ def test_speculation_by_hand_all_accepted():
     0.0 A prefill -> 0.5; speculative step -> 2.5, A done (TTFT 0.5, TPOT (2.5 - 0.5) / 2 = 1.0).
     B arrived at 1.2 but waits for the step in flight: prefill -> 3.0, step -> 5.0
     (TTFT 3.0 - 1.2 = 1.8, TPOT 1.0). Speculation made B's first token later, not sooner.
-    Each step tested 4 draft tokens and accepted all 4."""
+    A chain drafts at most max_new_tokens - 1 = 2 tokens (what a step can emit; the engine's and the loop's cap), so
+    each step tested 2 draft tokens and accepted both."""
     run = simulate(two_requests(), ConstantSteps(), speculation=RecordingPolicy(gamma=4))
     a, b = run.requests
     assert (a.ttft_s, a.tpot_s, b.tpot_s, b.finish_s) == (0.5, 1.0, 1.0, 5.0)
     assert b.ttft_s == pytest.approx(1.8)
-    assert run.policy.seen == [(4, 4), (4, 4)]
+    assert run.policy.seen == [(2, 2), (2, 2)]
 
 
 def test_speculation_by_hand_all_rejected():

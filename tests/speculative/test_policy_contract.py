@@ -1,9 +1,9 @@
 """What the loop asks of a gamma policy, and what ``gamma="auto"`` prices (issue 23)."""
 
 import pytest
+from support import PROMPTS
 
 import minispec
-from conftest import PROMPTS
 from minispec.roofline.policy import FixedPolicy
 from minispec.speculative.loop import speculative_generate
 

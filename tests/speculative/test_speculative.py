@@ -5,9 +5,9 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support import PROMPTS, Scripted, V, empirical_tv, random_model
 
 import minispec
-from conftest import PROMPTS, Scripted, V, empirical_tv, random_model
 from minispec.course.grader import tv_bound
 from minispec.decoding.sampling import (
     ACCEPT,

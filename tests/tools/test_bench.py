@@ -97,7 +97,8 @@ def test_unknown_shape_is_named():
 @pytest.mark.slow
 def test_compiled_models_decode_the_same_greedy_tokens():
     """Model.compile (static caches, fixed shapes) changes the speed, never the tokens."""
-    from conftest import random_model as tiny
+    from support import random_model as tiny
+
     from minispec import generate, speculative_generate
 
     target, draft = tiny(seed=0), tiny(seed=1, layers=1, hidden=32, heads=2, kv_heads=1)

@@ -3,8 +3,8 @@
 import json
 
 import pytest
+from support import random_model
 
-from conftest import random_model
 from minispec.cli import main
 from minispec.serving import Lengths
 from minispec.tools.serve_bench import LoadConfig, goodput_rate, serve_bench, traffic
