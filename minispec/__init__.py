@@ -19,6 +19,7 @@ from minispec.decoding.sampling import SamplingParams
 from minispec.decoding.stats import Stats
 from minispec.drafts.base import Draft
 from minispec.drafts.eagle import EagleDraft
+from minispec.drafts.eagle3 import Eagle3Draft
 from minispec.drafts.lookup import PromptLookupDraft
 from minispec.drafts.model import LayerSkipDraft, ModelDraft
 from minispec.drafts.suffix import SuffixDraft
@@ -44,7 +45,7 @@ from minispec.speculative.rule import accept_reject
 __all__ = [
     "EMBEDDED", "H100_SXM", "H200", "ByteTokenizer", "Draft", "GenerationResult", "Hardware", "LayerSkipDraft",
     "Model", "ModelConfig", "ModelDraft", "ModelShape", "PromptLookupDraft", "SamplingParams", "Stats", "TreeDraft",
-    "EagleDraft", "Engine", "Request", "accept_reject", "break_even_batch", "compute_bound_batch", "expected_tokens",
-    "fetch", "generate", "grade_accept_rule", "leviathan_speedup", "load", "speculative_generate",
+    "EagleDraft", "Eagle3Draft", "Engine", "Request", "accept_reject", "break_even_batch", "compute_bound_batch",
+    "expected_tokens", "fetch", "generate", "grade_accept_rule", "leviathan_speedup", "load", "speculative_generate",
     "speculative_speedup", "step_time", "SuffixDraft",
 ]

@@ -20,7 +20,8 @@ DEVICE_HELP = "cpu, cuda or cuda:N (default: cuda when torch sees a CUDA device,
 DTYPES = ("float32", "bfloat16", "float16")
 DRAFT_HELP = ("a draft checkpoint (named as the target is), ngram (prompt lookup), suffix or suffix:tree (suffix "
               "decoding, no model: a chain as vLLM's, or Arctic's trees), layerskip:N (the target's first N "
-              "layers), or an EAGLE head: tiny-code-eagle, smollm2-135m-eagle or its folder")
+              "layers), an EAGLE head: tiny-code-eagle, smollm2-135m-eagle or its folder, or an EAGLE-3 head: "
+              "tiny-code-eagle3, eagle3:DIR or its folder")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -206,6 +207,18 @@ def _train(args) -> None:
     from minispec.tools.train_eagle import train_eagle
 
     _check_out_dir(args.out)
+    if args.name == "eagle3":
+        from minispec.tools.train_eagle3 import Eagle3TrainConfig, train_eagle3
+
+        if args.target is None or args.prose_file or args.stop_after is not None:
+            raise ValueError("minispec train eagle3 takes --target NAME [--hot-vocab N (its draft vocabulary)] "
+                             "[--minutes M] [--seed S] [--threads T] --out DIR (not --prose-file or --stop-after)")
+        record = train_eagle3(args.target, args.out, minutes=args.minutes, threads=args.threads,
+                              config=Eagle3TrainConfig(draft_vocab=args.hot_vocab, seed=args.seed))
+        print(f"EAGLE-3 head for {args.target}: {record['steps']} steps in {record['seconds'] / 60:.1f} min; load it "
+              f"with minispec.Eagle3Draft.from_pretrained({str(args.out)!r}, target), or in vLLM with "
+              f"speculative_config={{'method': 'eagle3', 'model': {str(args.out)!r}}}")
+        return
     if args.name == "eagle":
         if args.target is None or args.prose_file or args.stop_after is not None:
             raise ValueError("minispec train eagle takes --target NAME [--hot-vocab N] [--minutes M] [--seed S] "
@@ -346,7 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_roofline)
 
     p = sub.add_parser("train", help="train an embedded byte-level model, or an EAGLE head for a target, on a CPU")
-    p.add_argument("name", help="tiny-code-target, tiny-code-draft, tiny-prose-draft, or eagle (with --target)")
+    p.add_argument("name", help="tiny-code-target, tiny-code-draft, tiny-prose-draft, or eagle or eagle3 (with "
+                                "--target)")
     p.add_argument("--out", required=True, help="checkpoint directory to write")
     p.add_argument("--prose-file", default=None, help="output of: bible -f 'Gen1:1-Rev22:21' (Debian's bible-kjv)")
     p.add_argument("--stop-after", type=int, default=None, help="stop at this step, keeping the full schedule")

@@ -23,7 +23,8 @@ shape in bf16 (:func:`minispec.roofline.eagle_head_shape` for the heads; launch 
 Run from the repository root: ``python scripts/eagle_bench.py`` (about 20 minutes on two shared cores;
 ``--quick`` for a smoke run). Writes ``results/cpu/eagle.json`` and ``results/cpu/eagle.txt``, and the heads'
 model card ``minispec/assets/EAGLE.md`` from their ``training.json`` and these results (``--card`` rewrites
-the card alone from an existing ``eagle.json``).
+the card alone from an existing ``eagle.json``). Part 1 includes the EAGLE-3 head (``tiny-code-eagle3``) and both
+heads' per-position acceptance at gamma 8; ``scripts/eagle3_bench.py`` runs that part alone for the EAGLE-3 report.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import torch
 import minispec
 from minispec import roofline
 from minispec.drafts.eagle import EagleDraft
+from minispec.drafts.eagle3 import Eagle3Draft
 from minispec.model.load import ASSETS, sample_text
 from minispec.roofline import ModelShape, eagle_head_shape
 from minispec.roofline.hardware import H100_SXM
@@ -49,6 +51,7 @@ from minispec.tools import bench
 
 ROOT = Path(__file__).resolve().parent.parent
 GAMMA = 4
+DEEP_GAMMA = 8  # the EAGLE heads' acceptance only, past the 4 positions EAGLE-3's training unrolls
 SKIP_LAYERS = 4  # SmolLM2's layer-skip draft: its first 4 of 30 layers
 HOT_SIZES = (1024, 2048, 4096, 8192, 16384, 32768)
 QUESTIONS = (  # held out: no head was trained on these (see minispec.tools.train_eagle._TASKS, _SUBJECTS)
@@ -240,6 +243,36 @@ def md(rows: list[list[str]]) -> str:
     return "\n".join("| " + " | ".join(r) + " |" for r in rows[:1] + [["---"] * len(rows[0])] + rows[1:])
 
 
+def code_section(batches: list[int], new_tokens: int, rounds: int) -> dict:
+    """Section 1: the embedded target with its small draft model, the EAGLE head and the EAGLE-3 head."""
+    say("embedded code target: tiny-code-draft, tiny-code-eagle and tiny-code-eagle3")
+    target, _ = minispec.load("tiny-code-target")
+    small, _ = minispec.load("tiny-code-draft")
+    drafts = {"tiny-code-draft": small, "tiny-code-eagle": EagleDraft.from_pretrained("tiny-code-eagle", target),
+              "tiny-code-eagle3": Eagle3Draft.from_pretrained("tiny-code-eagle3", target)}
+    shape = ModelShape.from_config(target.config, 2)
+    shapes = {"tiny-code-draft": ModelShape.from_config(small.config, 2),
+              "tiny-code-eagle": eagle_head_shape(target.config, bytes_per_param=2),
+              "tiny-code-eagle3": eagle_head_shape(target.config, drafts["tiny-code-eagle3"].hot_vocab,
+                                                   fusion="eagle3", bytes_per_param=2)}
+    prompts = code_prompts(max(batches))
+    section = {"prompts": f"{len(prompts)} x 64 bytes of held-out standard-library code",
+               "new_tokens_per_prompt": new_tokens, "by_batch": {}}
+    for i, b in enumerate(batches):
+        say(f"  batch {b}")
+        by, _ = measure(target, drafts, prompts, b, new_tokens, None, rounds, warmup=i == 0)
+        for name in shapes:
+            by[name] |= modelled(b, by[name]["alpha"], shape, shapes[name])
+        section["by_batch"][b] = by
+    section["deep"] = {"gamma": DEEP_GAMMA, "per_position_acceptance": {}}  # acceptance only, every prompt at once
+    for name in ("tiny-code-eagle", "tiny-code-eagle3"):
+        s = minispec.speculative_generate(target, drafts[name], prompts, gamma=DEEP_GAMMA,
+                                          max_new_tokens=new_tokens).stats
+        at = s.accepted_per_position + [0] * (DEEP_GAMMA - len(s.accepted_per_position))
+        section["deep"]["per_position_acceptance"][name] = [a / s.num_drafts for a in at]
+    return section
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--code-batches", default="1,4,16", help="batch sizes, code target (prompts: the largest)")
@@ -273,23 +306,7 @@ def main(argv=None) -> int:
         rec.pop("curve")
 
     # 1. The embedded code target.
-    say("embedded code target: tiny-code-draft and tiny-code-eagle")
-    target, _ = minispec.load("tiny-code-target")
-    small, _ = minispec.load("tiny-code-draft")
-    eagle = EagleDraft.from_pretrained("tiny-code-eagle", target)
-    shape = ModelShape.from_config(target.config, 2)
-    shapes = {"tiny-code-draft": ModelShape.from_config(small.config, 2),
-              "tiny-code-eagle": eagle_head_shape(target.config, bytes_per_param=2)}
-    prompts = code_prompts(max(code_batches))
-    result["code"] = {"prompts": f"{len(prompts)} x 64 bytes of held-out standard-library code",
-                      "new_tokens_per_prompt": code_tokens, "by_batch": {}}
-    for i, b in enumerate(code_batches):
-        say(f"  batch {b}")
-        by, _ = measure(target, {"tiny-code-draft": small, "tiny-code-eagle": eagle}, prompts, b, code_tokens, None,
-                        rounds, warmup=i == 0)
-        for name in shapes:
-            by[name] |= modelled(b, by[name]["alpha"], shape, shapes[name])
-        result["code"]["by_batch"][b] = by
+    result["code"] = code_section(code_batches, code_tokens, rounds)
 
     # 2. SmolLM2-135M-Instruct.
     say("SmolLM2-135M-Instruct: prompt lookup, layer skip, EAGLE hot and full")

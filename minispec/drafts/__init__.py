@@ -15,6 +15,8 @@
 
   EagleDraft        (eagle.py) one decoder layer reading the target's hidden states (EAGLE), with an
                     optional hot vocabulary
+  Eagle3Draft       (eagle3.py) EAGLE-3: the target's low, middle and high layers fused, its own LM head over a
+                    draft vocabulary; saved in vLLM's eagle3 layout
 
 The protocol they share (:class:`~minispec.drafts.base.Draft`, :class:`~minispec.drafts.base.DraftRun`,
 :class:`~minispec.drafts.base.Proposal`) is in base.py.

@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 
 from minispec.drafts.eagle import SHIPPED, EagleConfig, EagleDraft
+from minispec.drafts.eagle3 import SHIPPED as SHIPPED3
+from minispec.drafts.eagle3 import Eagle3Config, Eagle3Draft, head_path, is_eagle3
 from minispec.drafts.lookup import PromptLookupDraft
 from minispec.drafts.model import LayerSkipDraft
 from minispec.drafts.suffix import SuffixDraft
@@ -25,7 +27,8 @@ from minispec.model.load import ASSETS, load, resolve, sample_text
 from minispec.model.random import SHAPES, random_model
 
 DRAFTS = "a draft checkpoint (named as the target is), ngram (prompt lookup), layerskip:N (the target's first N " \
-         f"layers), or an EAGLE head ({', '.join(SHIPPED)} or its folder)"
+         f"layers), an EAGLE head ({', '.join(SHIPPED)} or its folder) or an EAGLE-3 head ({', '.join(SHIPPED3)}, " \
+         "eagle3:DIR or its folder)"
 TREE_KEYS = {"branching": "children per node at each depth", "budget": "nodes verified (dynamic tree)",
              "depth": "draft passes (dynamic tree)", "topk": "children per expanded node (dynamic tree; default 4)"}
 SUFFIX = ("suffix", "suffix:tree")  # suffix decoding (no model): a chain as vLLM's "suffix", or Arctic's trees
@@ -37,7 +40,7 @@ class Pair:
 
     target: str
     draft: str | None  # as given
-    kind: str | None  # None (plain decoding), "model", "ngram", "layerskip", "eagle"
+    kind: str | None  # None (plain decoding), "model", "ngram", "layerskip", "eagle", "eagle3"
     tree: dict | None  # TreeDraft's keywords, checked
     hot_vocab: int | None  # an EAGLE head's hot vocabulary (None: the head's own)
     device: torch.device
@@ -71,7 +74,7 @@ def parse_tree(text: str | None) -> dict | None:
 
 def _config(name: str, what: str):
     """The ModelConfig of a checkpoint from its config.json (None for a .gguf file: read when loaded)."""
-    if _is_eagle(name):
+    if _is_eagle(name) or is_eagle3(name):
         raise ValueError(f"{name} is an EAGLE head, not a {what}; pass it as the draft (--draft {name})")
     path = resolve(name)
     if path.is_file():
@@ -111,7 +114,7 @@ def check_pair(target: str, draft: str | None = None, device=None, dtype=None, t
             raise ValueError("a tree grows from a model-based draft (a draft model, layerskip:N or an EAGLE head), "
                              "not from ngram prompt lookup")
     kind = None if draft is None else "ngram" if draft == "ngram" else "layerskip" if draft.startswith(
-        "layerskip:") else "eagle" if _is_eagle(draft) else "model"
+        "layerskip:") else "eagle" if _is_eagle(draft) else "eagle3" if is_eagle3(draft) else "model"
     if draft is not None and draft.split(":")[0] == "suffix":  # suffix decoding: no model
         if draft not in SUFFIX:
             raise ValueError(f"suffix decoding is --draft suffix (a chain, as vLLM's) or suffix:tree (Arctic's trees), "
@@ -119,6 +122,8 @@ def check_pair(target: str, draft: str | None = None, device=None, dtype=None, t
         if tree is not None:
             raise ValueError("suffix decoding grows its own trees: --draft suffix:tree, without --tree")
         kind = "suffix"
+    if hot_vocab is not None and kind == "eagle3":
+        raise ValueError("an EAGLE-3 head drafts over its own draft vocabulary; a hot vocabulary is an EAGLE-1 head's")
     if hot_vocab is not None and kind != "eagle":
         raise ValueError("a hot vocabulary is an EAGLE head's: name one as the draft")
     if kind == "layerskip":
@@ -128,6 +133,8 @@ def check_pair(target: str, draft: str | None = None, device=None, dtype=None, t
                              f"got {draft!r}")
     elif kind == "eagle":
         _check_eagle(draft, target, tc, hot_vocab)
+    elif kind == "eagle3":
+        _check_eagle3(draft, target, tc)
     elif kind == "model":
         if draft.startswith("shape:"):
             if draft.removeprefix("shape:") not in SHAPES:
@@ -162,6 +169,17 @@ def _check_eagle(name: str, target: str, tc, hot_vocab) -> None:
         raise ValueError(f"hot vocabulary must be an integer from 1 to the vocabulary's {V}, got {hot_vocab!r}")
 
 
+def _check_eagle3(name: str, target: str, tc) -> None:
+    head = Eagle3Config.from_dict(json.loads((head_path(name) / "config.json").read_text()),
+                                  tc and tc.num_hidden_layers)
+    if tc is not None:
+        want = (head.layer.vocab_size, head.layer.hidden_size, head.target_layers)
+        have = (tc.vocab_size, tc.hidden_size, tc.num_hidden_layers)
+        if want != have:
+            raise ValueError(f"EAGLE-3 head {name} reads a target with vocabulary {want[0]}, hidden size {want[1]} "
+                             f"and {want[2]} layers; {target} has {have[0]}, {have[1]} and {have[2]}")
+
+
 def load_pair(target: str, draft: str | None = None, device=None, dtype=None, tree: dict | str | None = None,
               hot_vocab: int | None = None):
     """(target, tokenizer, draft) from names, every name checked first (:func:`check_pair`).
@@ -193,6 +211,8 @@ def load_pair(target: str, draft: str | None = None, device=None, dtype=None, tr
         drafter = LayerSkipDraft(model, int(draft.removeprefix("layerskip:")))
     elif pair.kind == "eagle":
         drafter = EagleDraft.from_pretrained(draft, model, hot_vocab)
+    elif pair.kind == "eagle3":
+        drafter = Eagle3Draft.from_pretrained(draft, model)
     else:
         drafter = checkpoint(draft, model.dtype)[0]
     return model, tok, drafter if pair.tree is None else TreeDraft(drafter, **pair.tree)

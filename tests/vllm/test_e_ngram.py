@@ -55,11 +55,11 @@ def smollm2():
         pytest.skip(f"SmolLM2-135M-Instruct is not fetched ({lane.SMOLLM2}): run minispec fetch smollm2")
     target, tok = minispec.load("smollm2-135m-instruct")
     text = (lane.ASSETS / "code_heldout.txt").read_text()
-    prompts = [tok.encode(text[i : i + 400])[:80] for i in (0, 3000, 9000, 15000)]  # held-out code, 80 tokens each
+    prompts = [tok.encode(text[i : i + 400])[:64] for i in (0, 3000, 9000, 15000)]  # held-out code, 64 tokens each
     return target, prompts
 
 
-NEW = 40
+NEW = 32
 
 
 def test_smollm2_greedy_tokens_are_equal(smollm2, llms):
