@@ -42,16 +42,19 @@ class Group(NamedTuple):
     read: torch.Tensor  # (R, S) the physical slot of each row's logical slots 0..S-1
     dest: torch.Tensor  # (M,) the step indices of the real queries, row by row
     keep: torch.Tensor  # (M,) where they are in the group's flattened (R T) queries
+    fresh: slice | None = None  # a prompt's first chunk: its queries are the step's tokens [a, b) and its keys theirs
 
 
-def group(query: torch.Tensor, valid: torch.Tensor, tables: torch.Tensor, masks: dict, block_size: int) -> Group:
-    """A :class:`Group` of rows: their queries (R, T) and validity, block tables (R, nb) and masks over S slots."""
+def group(query: torch.Tensor, valid: torch.Tensor, tables: torch.Tensor, masks: dict, block_size: int,
+          fresh: slice | None = None) -> Group:
+    """A :class:`Group` of rows: their queries (R, T) and validity, block tables (R, nb) and masks over S slots;
+    ``fresh``: the group is a prompt's first chunk, the step's tokens [a, b) (attended causally, nothing read)."""
     S = next(iter(masks.values())).shape[-1]
     logical = torch.arange(S, device=query.device)  # (S,)
     block = tables.gather(1, (logical // block_size).clamp_max(tables.shape[1] - 1).expand(len(tables), -1))  # (R, S)
     flat = valid.flatten()  # (R T,)
     return Group(query, valid, tables, masks, block * block_size + logical % block_size, query.flatten()[flat],
-                 flat.nonzero()[:, 0])
+                 flat.nonzero()[:, 0], fresh)
 
 
 class PagedStep:
@@ -78,6 +81,14 @@ class PagedStep:
             buf.view(-1, K * D).index_copy_(0, self.slots, new[0].transpose(0, 1).reshape(N, K * D))  # the new slots
         out = q.new_empty(N, H, D)  # (N, H, D)
         for i, g in enumerate(self.groups):
+            if g.fresh is not None and (window is None or g.fresh.stop - g.fresh.start <= window):
+                # a prompt's first chunk sees only itself: causal attention over the step's own k, v (no read, no
+                # mask: the kernel skips the masked half), the same arithmetic as a plain prefill
+                f = g.fresh
+                y = F.scaled_dot_product_attention(q[:, :, f], k[:, :, f], v[:, :, f], is_causal=True,
+                                                   enable_gqa=H != K)  # (1, H, n, D)
+                out[f] = y[0].transpose(0, 1)
+                continue
             qg = q[0][:, g.query].transpose(0, 1)  # (R, H, T, D)
             y = self.read(layer, qg, g, window, i)  # (R, H, T, D)
             out.index_copy_(0, g.dest, y.transpose(1, 2).flatten(0, 1)[g.keep])  # the real queries' outputs
@@ -85,8 +96,10 @@ class PagedStep:
 
     def _gather(self, layer, q, g, window, i):
         """The reference: copy each row's slots into a dense tensor, then SDPA."""
-        k = self.pool.k[layer][g.read].transpose(1, 2)  # (R, K, S, D) the copy
-        v = self.pool.v[layer][g.read].transpose(1, 2)  # (R, K, S, D)
+        R, S = g.read.shape
+        read = g.read.flatten()  # (R S,) index_select: several times faster than indexing by a 2-D tensor here
+        k = self.pool.k[layer].index_select(0, read).unflatten(0, (R, S)).transpose(1, 2)  # (R, K, S, D) the copy
+        v = self.pool.v[layer].index_select(0, read).unflatten(0, (R, S)).transpose(1, 2)  # (R, K, S, D)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=g.masks[window], enable_gqa=q.shape[1] != k.shape[1])
 
     def _flex(self, layer, q, g, window, i):

@@ -134,8 +134,10 @@ class ModelRunner:
             new = torch.arange(start, start + n, device=dev)[None]  # (1, n) the chunk's slots = positions
             _, masks = attention_masks(new, start + n, None, self.target.windows)
             row = tables[r: r + 1, : pre.width]  # (1, nb)
-            at = decoding + pre.offsets[i] + torch.arange(n, device=dev)  # (n,) the chunk's tokens in the pass
-            groups.append(group(at[None], torch.ones_like(new, dtype=torch.bool), row, masks, bs))
+            a = decoding + pre.offsets[i]  # the chunk's first token in the pass
+            at = a + torch.arange(n, device=dev)  # (n,) the chunk's tokens in the pass
+            groups.append(group(at[None], torch.ones_like(new, dtype=torch.bool), row, masks, bs,
+                                slice(a, a + n) if start == 0 else None))  # a first chunk attends to itself alone
             tokens.append(self.rows.tokens[r, start: start + n])
             positions.append(new[0])
             slots.append(row[0, new[0] // bs] * bs + new[0] % bs)

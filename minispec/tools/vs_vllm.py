@@ -74,6 +74,7 @@ class VsConfig:
     kv_tokens: dict | None = None  # workload -> KV slots (default KV_TOKENS): small enough to preempt at the top
     realtime: bool = False
     threads: int = 1
+    prepack: bool = False  # minispec's linears through oneDNN with prepacked weights (Model.prepack), as vLLM's are
     vllm: VllmSettings = VllmSettings()
 
     def __post_init__(self):
@@ -332,7 +333,7 @@ def cli_config(args) -> tuple[VsConfig, str]:
     threads = args.threads or 1
     cfg = VsConfig(engines=tuple(x.strip() for x in args.engines.split(",")), gamma=args.gamma,
                    ngram=tuple(int(x) for x in floats(args.ngram, "--ngram", 2)), lookup_rule=args.lookup_rule,
-                   temperature=args.temperature, realtime=args.realtime, threads=threads,
+                   temperature=args.temperature, realtime=args.realtime, threads=threads, prepack=args.prepack,
                    vllm=VllmSettings(threads, args.vllm_omp, args.vllm_bind, not args.vllm_compile), **kw)
     PromptLookupDraft(*cfg.ngram, rule=cfg.lookup_rule)  # raises where the rule is unknown
     if "smollm2" in cfg.workloads:
@@ -368,6 +369,8 @@ def add_arguments(p) -> None:
                         "measure (minispec bench --vllm, at the start; the default, not with --quick), a JSON file "
                         "of vLLM's keys, or none")
     p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--prepack", action="store_true", help="minispec's linears through oneDNN with prepacked weights "
+                                                          "(Model.prepack; vLLM's CPU build does the same)")
     p.add_argument("--realtime", action="store_true", help="sleep through idle gaps (default: skip them)")
     p.add_argument("--vllm-omp", default="gomp", choices=("gomp", "iomp"),
                    help="gomp: vLLM's default OpenMP; iomp: Intel OpenMP in LD_PRELOAD")
