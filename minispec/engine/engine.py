@@ -131,12 +131,15 @@ class Engine:
     ``max_num_batched_tokens`` the target reads per step at most (prefill chunks plus 1 + K per decoding row).
     ``rule``: the accept rule, as in ``speculative_generate`` (benchmarks of random weights swap in a synthetic
     one; ``stats.synthetic`` says so). ``attention``: how the step reads the paged KV (``"gather"``, the reference,
-    or ``"flex"``, FlexAttention through the block tables; :mod:`minispec.engine.attention`).
+    or ``"flex"``, FlexAttention through the block tables; :mod:`minispec.engine.attention`). ``prepack``: run the
+    target's (and a draft model's) linear layers through oneDNN with prepacked weights, as vLLM's CPU build does
+    (:meth:`~minispec.model.llama.Model.prepack`: in place, 1.4-2.7x faster forwards here, the products equal up to
+    float rounding); default on a CPU, a no-op elsewhere. Pass False to keep the model's own F.linear.
     """
 
     def __init__(self, target: Model, draft=None, gamma: int | str | GammaPolicy = 4, block_size: int = 16,
                  num_blocks: int | None = None, max_num_seqs: int = 64, max_num_batched_tokens: int = 2048, *,
-                 rule=accept_reject, attention: str = "gather"):
+                 rule=accept_reject, attention: str = "gather", prepack: bool = True):
         if not isinstance(target, Model):
             raise ValueError(f"target must be a minispec Model (minispec.load(...)[0]), got {type(target).__name__}")
         for name, v in (("block_size", block_size), ("max_num_seqs", max_num_seqs),
@@ -158,6 +161,9 @@ class Engine:
                              f"1 + {self.width} tokens")
         self.block_size, self.max_num_seqs = block_size, max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        for model in (target, getattr(self.draft, "model", None)) if prepack else ():
+            if isinstance(model, Model):
+                model.prepack()  # on a CPU with oneDNN; elsewhere nothing
         self.num_blocks = num_blocks or self._default_blocks()
         length = target.config.max_position_embeddings + self.width + 2  # a row's tokens, and a step's new ones
         self.runner = ModelRunner(target, self.draft, self.num_blocks, block_size, max_num_seqs, length, rule,
