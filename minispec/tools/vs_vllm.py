@@ -74,7 +74,7 @@ class VsConfig:
     kv_tokens: dict | None = None  # workload -> KV slots (default KV_TOKENS): small enough to preempt at the top
     realtime: bool = False
     threads: int = 1
-    prepack: bool = False  # minispec's linears through oneDNN with prepacked weights (Model.prepack), as vLLM's are
+    prepack: bool = True  # minispec's linears through oneDNN with prepacked weights (Engine's default), as vLLM's are
     vllm: VllmSettings = VllmSettings()
 
     def __post_init__(self):
@@ -369,8 +369,9 @@ def add_arguments(p) -> None:
                         "measure (minispec bench --vllm, at the start; the default, not with --quick), a JSON file "
                         "of vLLM's keys, or none")
     p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--prepack", action="store_true", help="minispec's linears through oneDNN with prepacked weights "
-                                                          "(Model.prepack; vLLM's CPU build does the same)")
+    p.add_argument("--no-prepack", dest="prepack", action="store_false",
+                   help="minispec's linears through F.linear (Engine(prepack=False)) instead of oneDNN with prepacked "
+                        "weights, as vLLM's CPU build and the Engine by default run them")
     p.add_argument("--realtime", action="store_true", help="sleep through idle gaps (default: skip them)")
     p.add_argument("--vllm-omp", default="gomp", choices=("gomp", "iomp"),
                    help="gomp: vLLM's default OpenMP; iomp: Intel OpenMP in LD_PRELOAD")

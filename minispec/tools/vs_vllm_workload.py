@@ -115,10 +115,7 @@ def workload(name: str) -> dict:
 def minispec_engines(w: dict, cfg, table: dict | None) -> dict[str, Engine]:
     """A minispec engine per setting of workload ``w``."""
     common = dict(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
-                  num_blocks=-(-cfg.kv_of(w["name"]) // 16))
-    for model in (w["target_model"], w.get("draft_model")) if cfg.prepack else ():  # in place, shared by the engines
-        if model is not None:
-            model.prepack()
+                  num_blocks=-(-cfg.kv_of(w["name"]) // 16), prepack=cfg.prepack)
     if w["draft"] is None:
         spec = {"ngram": PromptLookupDraft(*cfg.ngram, rule=cfg.lookup_rule)}
     else:
