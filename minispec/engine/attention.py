@@ -100,7 +100,11 @@ class PagedStep:
         read = g.read.flatten()  # (R S,) index_select: several times faster than indexing by a 2-D tensor here
         k = self.pool.k[layer].index_select(0, read).unflatten(0, (R, S)).transpose(1, 2)  # (R, K, S, D) the copy
         v = self.pool.v[layer].index_select(0, read).unflatten(0, (R, S)).transpose(1, 2)  # (R, K, S, D)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=g.masks[window], enable_gqa=q.shape[1] != k.shape[1])
+        _, H, T, D = q.shape
+        G = H // k.shape[1]  # query heads per KV head: folded into the queries, so each K, V is read once, not G times
+        mask = g.masks[window].repeat(1, 1, G, 1)  # (R, 1, G T, S) the same mask for each head of a group
+        y = F.scaled_dot_product_attention(q.reshape(R, H // G, G * T, D), k, v, attn_mask=mask)  # (R, K, G T, D)
+        return y.view(R, H, T, D)
 
     def _flex(self, layer, q, g, window, i):
         """FlexAttention over the whole pool (1, K, P, D): a block mask from the tables visits each row's own blocks

@@ -16,13 +16,17 @@ sleeps when it has nothing to do. With ``realtime=False`` (the default) the cloc
 clock with those idle gaps skipped: every step costs what it took, but the engine jumps to the
 next arrival instead of waiting for it. Times in the outputs are on this clock.
 
-**What is exact.** Greedy, each request's tokens are plain greedy decoding of its prompt alone.
-Sampled, each has the target's distribution; with its own ``seed`` and a fixed gamma its tokens
-are those of ``speculative_generate(target, draft, [prompt], seed=[seed], gamma=gamma)`` alone,
-whatever else runs and however often it is preempted, wherever the logits do not depend on the
-batch (float32 on a CPU: tested; bf16 on a GPU: not promised, see :mod:`minispec.decoding.sampling`). A
-policy that changes gamma with the batch changes which tokens the draft proposes, so the tokens
-(not their distribution) then depend on the traffic.
+**What is exact.** Sampled, each request follows the target's distribution, and its random numbers come from its
+own ``seed`` and positions alone, whatever else runs (:class:`~minispec.decoding.sampling.RowParams`). Its tokens
+equal its run alone (greedy: plain greedy decoding of its prompt; seeded, with a fixed gamma:
+``speculative_generate(target, draft, [prompt], seed=[seed], gamma=gamma)``) wherever its logits do too, and they
+need not: the flattened pass's matmuls see as many rows as the step has tokens, a long prompt is split into
+chunks, and a preempted request is recomputed in another shape, so its logits can differ in the last bits (up to
+3.4e-5 in F.linear on this CPU between 1-2 rows and 5 or more). A token then changes only at a near-tie: greedy,
+where the top two logits are that close; sampled, where the uniform falls that close to a boundary of the inverse
+CDF. scripts/batch_invariance.py measures how often (results/cpu/batch_invariance.txt). vLLM calls the property
+batch invariance and ships kernels that give it; minispec has none. A policy that changes gamma with the batch also
+changes which tokens the draft proposes, so the tokens (not their distribution) then depend on the traffic.
 
 **Bad requests.** Every request is checked before any work (an empty prompt, a token outside the
 vocabulary, a prompt longer than the model or the cache can ever hold, a negative arrival, bad
