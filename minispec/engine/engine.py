@@ -38,7 +38,10 @@ ValueError with every reason.
 from __future__ import annotations
 
 import copy
+import ctypes
+import functools
 import math
+import sys
 import time
 import warnings
 from collections import deque
@@ -165,6 +168,8 @@ class Engine:
                              f"1 + {self.width} tokens")
         self.block_size, self.max_num_seqs = block_size, max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        if target.device.type == "cpu":
+            keep_freed_memory()
         for model in (target, getattr(self.draft, "model", None)) if prepack else ():
             if isinstance(model, Model):
                 model.prepack()  # on a CPU with oneDNN; elsewhere nothing
@@ -300,6 +305,23 @@ class Engine:
 def _tokens(prompt):
     """A prompt as a list of ints (a 1-D tensor is taken too)."""
     return prompt.tolist() if isinstance(prompt, torch.Tensor) and prompt.dim() == 1 else prompt
+
+
+@functools.cache
+def keep_freed_memory() -> bool:
+    """On Linux (glibc), keep memory a step frees for the next step instead of handing it back to the system: by
+    default glibc returns every block of more than a few hundred KB (a step's gathered keys and values, its logits)
+    with munmap, and the next step faults the pages in again and zeroes them. Measured on SmolLM2-135M, batch 8:
+    about 30,000 page faults a step by default, about none after the first steps with this. Once per process; vLLM's
+    CPU guide has its users preload tcmalloc for the same reason. Returns whether it applied."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:  # another C library (musl): leave it alone
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, 32 << 20) and libc.mallopt(M_TRIM_THRESHOLD, 1 << 30))
 
 
 class _Clock:
