@@ -1,0 +1,56 @@
+"""DeviceRows, the engine's per-sequence device state, against what it must mirror: after any admit, release and sync
+each running row's table is exactly its sequence's block table padded with the scratch block, its tokens are the
+sequence's, and every row can be used at once. (Mutation testing found these cases unchecked: a shrinking table, a
+release of a sequence never admitted, all rows in use, the table's width.)"""
+
+import pytest
+import torch
+
+from minispec.engine.batch import DeviceRows
+from minispec.engine.request import Sequence
+
+SCRATCH = 99
+
+
+def seq(tokens, table):
+    return Sequence(len(tokens), 8, tokens=list(tokens), num_tokens=len(tokens), block_table=list(table))
+
+
+def check(rows: DeviceRows, running: list[Sequence]):
+    """Each running sequence's row mirrors it; every other row holds only the scratch block."""
+    used = set()
+    for s in running:
+        r = rows.row[s]
+        used.add(r)
+        want = s.block_table + [SCRATCH] * (rows.tables.shape[1] - len(s.block_table))
+        assert rows.tables[r].tolist() == want
+        assert rows.tokens[r, : s.num_tokens].tolist() == s.tokens
+    for r in set(range(len(rows.tables))) - used:
+        assert rows.tables[r].tolist() == [SCRATCH] * rows.tables.shape[1]
+
+
+def test_rows_mirror_their_sequences_as_tables_grow_shrink_and_rows_come_and_go():
+    rows = DeviceRows(rows=3, length=16, blocks=4, scratch=SCRATCH, device="cpu")
+    assert rows.tables.shape == (3, 5) and rows.tables.dtype == torch.long  # every block, then a scratch column
+    a, b, c = seq([1, 2, 3], [7]), seq([4, 5], [2, 8]), seq([6], [])
+    for s in (a, b, c):  # all three rows at once
+        rows.admit(s)
+    assert sorted(rows.row.values()) == [0, 1, 2]
+    rows.sync([a, b, c])
+    check(rows, [a, b, c])
+    with pytest.raises(RuntimeError, match="at once"):
+        rows.admit(seq([9], []))
+    a.block_table += [3, 4, 5]  # grows: the new entries are written
+    b.block_table.pop()  # a rejected draft's lookahead block handed back: the entry goes back to scratch
+    c.block_table = [0, 1, 10, 11]  # every block it may hold
+    rows.sync([a, b, c])
+    check(rows, [a, b, c])
+    assert rows.table_width([a, b]) == 4 + 1 and rows.table_width([c]) == 5  # its most blocks and a scratch column
+    rows.release(b)
+    rows.release(seq([1], [1]))  # never admitted (a request preempted before it ran): nothing happens
+    check(rows, [a, c])
+    d = seq([5, 5, 5, 5], [6, 9])  # takes the freed row
+    rows.admit(d)
+    rows.sync([d, a])
+    check(rows, [a, c, d])
+    assert rows.sync([c, a, d]).tolist() == [rows.row[c], rows.row[a], rows.row[d]]
