@@ -52,10 +52,11 @@ def test_domain_shift_gap(figures):
 
 
 def test_shipped_size():
-    # the three byte-level models and two EAGLE heads (the SmolLM2 head, 8.6 MB in bf16, ships because it is under
-    # the 20 MB issue 18 allows); a wheel that grows past this needs a reason
+    # the three byte-level models, two EAGLE heads (the SmolLM2 head, 8.6 MB in bf16, ships because it is under
+    # the 20 MB issue 18 allows) and the EAGLE-3 head (2.5 MB in float32: vLLM's eagle3 reads the same file, and the
+    # lane compares its counts with minispec's); a wheel that grows past this needs a reason
     total = sum(f.stat().st_size for f in ASSETS.rglob("*") if f.is_file())
-    assert total <= 27e6
+    assert total <= 29e6
 
 
 @pytest.mark.slow
