@@ -41,7 +41,8 @@ def share(target, draft, prompts, temperature: float, num_blocks: int | None) ->
 def logit_gap(target, prompts) -> float:
     """The largest |logit difference| between each prompt's last position in one flattened prefill of all of them
     (the engine's pass) and run alone."""
-    engine, seen = Engine(target, None, max_num_seqs=len(prompts)), []
+    engine = Engine(target, None, max_num_seqs=len(prompts), max_num_batched_tokens=sum(map(len, prompts)))  # one pass
+    seen = []
     hook = target.register_forward_hook(lambda m, a, out: seen.append(out.detach().clone()))
     try:
         engine.run([Request(p, 1) for p in prompts])

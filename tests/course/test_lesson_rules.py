@@ -19,10 +19,7 @@ LESSONS = Path(__file__).parents[2] / "lessons"
 FILES = sorted([*LESSONS.glob("[0-9][0-9]_*.ipynb"), *(LESSONS / "solutions").glob("[0-9][0-9]_*.py")])
 # Files another change is rewriting, with what is still to fix there: xfail while they break the rule, checked as
 # every other file once they keep it.
-PENDING = {
-    "13_a_request_in_the_engine.ipynb": "uses engine._sequence (issue 34, lesson 13: no private attributes)",
-    "solutions/13_a_request_in_the_engine.py": "uses engine._sequence; embedded=True without its reason (issue 34)",
-}
+PENDING: dict[str, str] = {}  # none now: lesson 13 and its solution keep the rules since issue 34's rewrite
 
 
 def name(path: Path) -> str:
