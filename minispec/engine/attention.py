@@ -104,7 +104,7 @@ class PagedStep:
         G = H // k.shape[1]  # query heads per KV head: folded into the queries, so each K, V is read once, not G times
         mask = g.masks[window].repeat(1, 1, G, 1)  # (R, 1, G T, S) the same mask for each head of a group
         y = F.scaled_dot_product_attention(q.reshape(R, H // G, G * T, D), k, v, attn_mask=mask)  # (R, K, G T, D)
-        return y.view(R, H, T, D)
+        return y.reshape(R, H, T, D)
 
     def _flex(self, layer, q, g, window, i):
         """FlexAttention over the whole pool (1, K, P, D): a block mask from the tables visits each row's own blocks
