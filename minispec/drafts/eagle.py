@@ -44,7 +44,7 @@ from minispec.decoding.sampling import Sampler
 from minispec.drafts.base import Draft, DraftRun
 from minispec.model.config import ModelConfig, config_from_hf
 from minispec.model.kv_cache import KVCache
-from minispec.model.llama import Block, Model, TreeMask, rope_inv_freq
+from minispec.model.llama import Block, Model, TreeMask, attention_masks, rope_inv_freq
 from minispec.model.load import ASSETS
 from minispec.roofline import eagle_head_shape
 
@@ -133,18 +133,9 @@ class EagleModel(nn.Module):
         B, T, _ = x.shape
         new = cache.lengths[:, None] + torch.arange(T, device=x.device)  # (B, T) the slots this call writes
         cache.begin(new)
-        slots = torch.arange(cache.slots_in_use, device=x.device)  # (S',)
-        if tree is None:
-            pos, visible = new, slots <= new[:, None, :, None]  # (B, T), (B, 1, T, S')
-        else:
-            r = slots - tree.base[:, None]  # (B, S') index in the tree, < 0 in the prefix
-            in_tree = (r >= 0) & (r < tree.positions.shape[1])  # (B, S')
-            ri = r.clamp(0, tree.positions.shape[1] - 1)  # (B, S')
-            seen = tree.visible.gather(2, ri[:, None, :].expand(-1, T, -1))  # (B, T, S')
-            visible = ((r < 0)[:, None, :] | (in_tree[:, None, :] & seen))[:, None]  # (B, 1, T, S')
-            pos = tree.positions[:, -T:]  # (B, T)
+        pos, masks = attention_masks(new, cache.slots_in_use, tree, (None,))  # (B, T), {None: (B, 1, T, S')}
         cos, sin = rotary(pos, self.inv_freq, x.dtype)
-        h = self.layer(x, cos, sin, {None: visible}, cache)  # (B, T, C)
+        h = self.layer(x, cos, sin, masks, cache)  # (B, T, C)
         cache.end(T)
         return h
 

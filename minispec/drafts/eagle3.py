@@ -40,10 +40,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minispec.drafts.eagle import EagleDraft, rotary
+from minispec.drafts.eagle import EagleDraft, EagleModel
 from minispec.model.config import ModelConfig, config_from_hf
 from minispec.model.kv_cache import KVCache
-from minispec.model.llama import Model, TreeMask, rope_inv_freq, rotate
+from minispec.model.llama import Model, rope_inv_freq, rotate
 from minispec.model.load import ASSETS
 from minispec.roofline import eagle_head_shape
 
@@ -204,26 +204,9 @@ class Eagle3Model(nn.Module):
         """Logits (B, T, N) from hidden states h (B, T, C) through the final norm and ``head`` (N, C)."""
         return F.linear(F.rms_norm(h, (h.shape[-1],), self.norm, self.config.layer.rms_norm_eps), head)
 
-    def forward(self, x: torch.Tensor, cache: KVCache, tree: TreeMask | None = None) -> torch.Tensor:
-        """Hidden states h (B, T, C) of the layer over inputs x (B, T, 2 C), written into ``cache`` from each row's
-        length, causal or as nodes of a ``tree`` (as :meth:`minispec.drafts.eagle.EagleModel.forward`)."""
-        B, T, _ = x.shape
-        new = cache.lengths[:, None] + torch.arange(T, device=x.device)  # (B, T) the slots this call writes
-        cache.begin(new)
-        slots = torch.arange(cache.slots_in_use, device=x.device)  # (S',)
-        if tree is None:
-            pos, visible = new, slots <= new[:, None, :, None]  # (B, T), (B, 1, T, S')
-        else:
-            r = slots - tree.base[:, None]  # (B, S') index in the tree, < 0 in the prefix
-            in_tree = (r >= 0) & (r < tree.positions.shape[1])  # (B, S')
-            ri = r.clamp(0, tree.positions.shape[1] - 1)  # (B, S')
-            seen = tree.visible.gather(2, ri[:, None, :].expand(-1, T, -1))  # (B, T, S')
-            visible = ((r < 0)[:, None, :] | (in_tree[:, None, :] & seen))[:, None]  # (B, 1, T, S')
-            pos = tree.positions[:, -T:]  # (B, T)
-        cos, sin = rotary(pos, self.inv_freq, x.dtype)
-        h = self.layer(x, cos, sin, {None: visible}, cache)  # (B, T, C)
-        cache.end(T)
-        return h
+    # hidden states h (B, T, C) of the layer over inputs x (B, T, 2 C), written into a cache from each row's length,
+    # causal or as nodes of a tree: EAGLE-1's pass, which reads only self.layer and self.inv_freq
+    forward = EagleModel.forward
 
 
 # --- vLLM's names <-> this module's --------------------------------------------------------------------------

@@ -157,12 +157,7 @@ def _check_eagle(name: str, target: str, tc, hot_vocab) -> None:
     if not (path / "model.safetensors").is_file():
         raise ValueError(f"EAGLE head {name}: {path} has no model.safetensors")
     head = EagleConfig.from_dict(json.loads((path / "config.json").read_text()))
-    if tc is not None:
-        want = (head.layer.vocab_size, head.layer.hidden_size, head.target_layers)
-        have = (tc.vocab_size, tc.hidden_size, tc.num_hidden_layers)
-        if want != have:
-            raise ValueError(f"EAGLE head {name} reads a target with vocabulary {want[0]}, hidden size {want[1]} and "
-                             f"{want[2]} layers; {target} has {have[0]}, {have[1]} and {have[2]}")
+    _check_reads("EAGLE head", name, head, target, tc)
     V = head.layer.vocab_size
     if hot_vocab is not None and (isinstance(hot_vocab, bool) or not isinstance(hot_vocab, int)
                                   or not 1 <= hot_vocab <= V):
@@ -172,12 +167,17 @@ def _check_eagle(name: str, target: str, tc, hot_vocab) -> None:
 def _check_eagle3(name: str, target: str, tc) -> None:
     head = Eagle3Config.from_dict(json.loads((head_path(name) / "config.json").read_text()),
                                   tc and tc.num_hidden_layers)
+    _check_reads("EAGLE-3 head", name, head, target, tc)
+
+
+def _check_reads(kind: str, name: str, head, target: str, tc) -> None:
+    """A head's config against the target's (None: a .gguf file, read when loaded): vocabulary, width, layers."""
     if tc is not None:
         want = (head.layer.vocab_size, head.layer.hidden_size, head.target_layers)
         have = (tc.vocab_size, tc.hidden_size, tc.num_hidden_layers)
         if want != have:
-            raise ValueError(f"EAGLE-3 head {name} reads a target with vocabulary {want[0]}, hidden size {want[1]} "
-                             f"and {want[2]} layers; {target} has {have[0]}, {have[1]} and {have[2]}")
+            raise ValueError(f"{kind} {name} reads a target with vocabulary {want[0]}, hidden size {want[1]} and "
+                             f"{want[2]} layers; {target} has {have[0]}, {have[1]} and {have[2]}")
 
 
 def load_pair(target: str, draft: str | None = None, device=None, dtype=None, tree: dict | str | None = None,
