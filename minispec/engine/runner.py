@@ -34,7 +34,7 @@ from minispec.decoding.timing import PhaseTimer
 from minispec.decoding.tree import tree_mask
 from minispec.drafts.base import Draft, Proposal
 from minispec.drafts.tree import TreeDraft
-from minispec.engine.attention import PagedStep, group
+from minispec.engine.attention import PagedStep, by_length, group
 from minispec.engine.batch import DeviceRows
 from minispec.engine.drafting import Chunk, paged_draft
 from minispec.engine.paged import PagedPool
@@ -125,7 +125,7 @@ class ModelRunner:
         groups, tokens, positions, slots = [], [], [], []
         bs, tables, dev = self.pool.block_size, self.rows.tables, self.rows.tables.device
         for d in decs:
-            groups.append(d.group(bs, self.target.windows))
+            groups += d.groups(bs, self.target.windows)
             tokens.append(d.tokens[d.valid])
             positions.append(d.positions[d.valid])
             slots.append(d.physical[d.valid])
@@ -206,10 +206,18 @@ class _Decoding:
         j = torch.arange(1, x.shape[1] + 1, device=x.device)  # (T,)
         return (proposed(q) * j).amax(1) if x.shape[1] else torch.zeros(len(x), dtype=torch.long, device=x.device)
 
-    def group(self, block_size: int, windows):
-        S = int(self.new[:, -1].max()) + 1  # host sync: slots to read (a shape)
-        _, masks = attention_masks(self.new, S, self.mask, windows)
-        return group(self.query, self.valid, self.tables, masks, block_size)
+    def groups(self, block_size: int, windows) -> list:
+        """The rows' attention groups: rows of similar length together (:func:`by_length`), so that a short row's
+        keys and values are not padded to the longest row's."""
+        T = self.tokens.shape[1] - 1
+        S = [s.num_tokens + T for s in self.rows]  # each row's slots to read: its tokens and the step's draft tokens
+        _, masks = attention_masks(self.new, max(S), self.mask, windows)  # {window: (B, 1, 1 + T, S)}
+        out = []
+        for rows, width in by_length(S):
+            i = torch.tensor(rows, device=self.new.device)  # (R,)
+            out.append(group(self.query[i], self.valid[i], self.tables[i],
+                             {w: m[i, ..., :width] for w, m in masks.items()}, block_size))
+        return out
 
     def finish(self, logits: torch.Tensor, h: torch.Tensor | None, rule) -> None:
         """Accept (or, on a plain step, draw) given the pass's logits (M, V) and features (1, N, F)."""

@@ -1,0 +1,70 @@
+"""How the engine groups its decoding rows for attention, measured: one group against groups of similar length.
+
+    PYTHONPATH=. python scripts/engine_groups.py [--costs 1000000000,1024,256,64] [--out results/cpu/engine_groups.txt]
+
+A group of decoding rows reads R x its longest row's slots of keys and values each layer
+(:func:`minispec.engine.attention.by_length`), so one group of rows 64 and 600 tokens long pads the short ones to
+600; more groups cost more kernel calls. Each ``cost`` (what one more group is priced at, in rows x slots; 10^9:
+always one group) serves the same static batch of 32 requests through the engine, rounds alternated in one process,
+SmolLM2-135M-Instruct (float32, the vs-vllm workload's prompts of 64-512 tokens) and the embedded pair (plain and
+with the draft model at batch 8). Every run's tokens must equal the first's. One torch thread.
+"""
+
+import argparse
+import os
+import subprocess
+import time
+from dataclasses import replace
+
+import torch
+
+import minispec.engine.attention as attention
+from minispec.tools.vs_vllm import VsConfig, served_by_minispec
+from minispec.tools.vs_vllm_workload import minispec_engines, static_jobs, workload
+
+CASES = (("smollm2", 32, "plain"), ("pair", 32, "plain"), ("pair", 8, "draft"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--costs", default="1000000000,1024,256,64")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out", default="results/cpu/engine_groups.txt")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    costs = [int(c) for c in args.costs.split(",")]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    lines = [f"# engine attention groups: output tok/s of one static batch per cost (rounds alternated); torch "
+             f"{torch.__version__}, 1 thread, commit {commit}, load average before {os.getloadavg()[0]:.1f}", "",
+             "| workload | batch | setting | cost | tok/s per round | median | / one group |", "| --- " * 7 + "|"]
+    for name, B, setting in CASES:
+        cfg = VsConfig(engines=("minispec",), static_min=B)
+        w = workload(name)
+        engine = minispec_engines(w, cfg, None)[setting]
+        batch = static_jobs(w["prompts"], w["outputs"], B, cfg, w["eos"])[0]
+        served_by_minispec(engine, [replace(j, max_new_tokens=8) for j in batch[:4]], False)  # first calls
+        first, rates = None, {c: [] for c in costs}
+        for _ in range(args.rounds):
+            for c in costs:
+                attention.GROUP_COST = c
+                t = time.perf_counter()
+                out, _ = served_by_minispec(engine, batch, False)
+                seconds = time.perf_counter() - t
+                tokens = [o.tokens for o in out]
+                if first is not None and tokens != first:
+                    raise RuntimeError(f"{name} {setting}: cost {c} changed the tokens")
+                first = tokens
+                rates[c].append(sum(map(len, tokens)) / seconds)
+        base = sorted(rates[costs[0]])[len(rates[costs[0]]) // 2]
+        for c in costs:
+            med = sorted(rates[c])[len(rates[c]) // 2]
+            lines.append(f"| {name} | {B} | {setting} | {c} | {', '.join(f'{r:.0f}' for r in rates[c])} | {med:.0f} "
+                         f"| {med / base:.2f}x |")
+            print(lines[-1], flush=True)
+    lines.append(f"\nload average after {os.getloadavg()[0]:.1f}")
+    with open(args.out, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
