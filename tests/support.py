@@ -4,6 +4,8 @@ Not in conftest.py: tests/vllm has a conftest.py of its own, and whichever conft
 module ``conftest`` in sys.modules, so ``from conftest import`` inside a test found tests/vllm's under xdist.
 """
 
+import random
+
 import torch
 
 from minispec.decoding.sampling import probabilities
@@ -67,3 +69,38 @@ class Scripted(FixedPolicy):
     def choose(self, batch_size, context=None):
         self.i += 1
         return self.script[(self.i - 1) % len(self.script)]
+
+
+def suffix_histories(caches, seed: int, vocab: int, depth: int, tree: bool, steps: int, prompt_max: int,
+                     copy_max: int, spec_max: int):
+    """Random requests through every suffix cache in ``caches`` at once (Arctic's API: start_request,
+    add_active_response, stop_request): prompts that copy earlier ones, outputs that copy earlier stretches, so that
+    counts tie and grow. Yields each draft to compare: (request, its last ``depth`` tokens, speculate's keywords)."""
+    rng, live, rid = random.Random(seed), {}, 0
+    for _ in range(steps):
+        r = rng.random()
+        if r < 0.1 or not live:
+            prompt = [rng.randrange(vocab) for _ in range(rng.randrange(1, prompt_max))]
+            if live and rng.random() < 0.5:
+                other = rng.choice(list(live.values()))
+                prompt = other[: rng.randrange(1, len(other) + 1)] + prompt[:3]
+            for c in caches:
+                c.start_request(rid, prompt)
+            live[rid], rid = list(prompt), rid + 1
+        elif r < 0.15:
+            k = rng.choice(list(live))
+            for c in caches:
+                c.stop_request(k)
+            del live[k]
+        else:
+            k = rng.choice(list(live))
+            seq = live[k]
+            i = rng.randrange(len(seq))
+            new = seq[i: i + rng.randrange(1, copy_max)] if rng.random() < 0.6 else [rng.randrange(vocab)]
+            for c in caches:
+                c.add_active_response(k, new)
+            seq += new
+            yield k, seq[-depth:], dict(max_spec_tokens=rng.randrange(1, spec_max),
+                                        max_spec_factor=rng.choice([0.5, 1.0, 2.0]),
+                                        max_spec_offset=rng.choice([0.0, 1.0, -1.0]),
+                                        min_token_prob=rng.choice([0.0, 0.1, 0.3]), use_tree_spec=tree)

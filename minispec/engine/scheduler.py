@@ -56,7 +56,7 @@ class StepPlan:
 
 
 class Scheduler:
-    def __init__(self, blocks: BlockManager, max_num_seqs: int = 64, max_num_batched_tokens: int = 2048,
+    def __init__(self, blocks: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
                  policy: GammaPolicy | None = None, width: Callable[[int], int] = lambda gamma: gamma,
                  context: bool = True):
         """``policy`` chooses gamma each step (None: plain decoding); ``width(gamma)`` is the lookahead a row needs;

@@ -12,10 +12,10 @@ tests/vllm/test_suffix_vllm.py compares the same cache with Arctic Inference's o
 
 from __future__ import annotations
 
-import random
 import struct
 
 import pytest
+from support import suffix_histories
 
 from minispec.drafts.suffix_tree import Speculation, SuffixCache, SuffixTree
 
@@ -240,37 +240,12 @@ def test_a_tree_holds_every_likely_continuation():
 def replay(seed: int, tree: bool, vocab: int, depth: int, max_cached: int, steps: int = 120) -> int:
     """Random requests (prompts that copy earlier ones, outputs that copy earlier stretches, so that counts tie
     and grow) through SuffixCache and NaiveCache; every draft compared. Returns how many drafts had tokens."""
-    rng = random.Random(seed)
-    fast, slow, live, rid, drafted = SuffixCache(depth, max_cached), NaiveCache(depth, max_cached), {}, 0, 0
-    for _ in range(steps):
-        r = rng.random()
-        if r < 0.1 or not live:
-            prompt = [rng.randrange(vocab) for _ in range(rng.randrange(1, 12))]
-            if live and rng.random() < 0.5:
-                other = rng.choice(list(live.values()))
-                prompt = other[: rng.randrange(1, len(other) + 1)] + prompt[:2]
-            for c in (fast, slow):
-                c.start_request(rid, prompt)
-            live[rid], rid = list(prompt), rid + 1
-        elif r < 0.15:
-            k = rng.choice(list(live))
-            for c in (fast, slow):
-                c.stop_request(k)
-            del live[k]
-        else:
-            k = rng.choice(list(live))
-            seq = live[k]
-            i = rng.randrange(len(seq))
-            new = seq[i : i + rng.randrange(1, 6)] if rng.random() < 0.6 else [rng.randrange(vocab)]
-            for c in (fast, slow):
-                c.add_active_response(k, new)
-            seq += new
-            args = (rng.randrange(1, 10), rng.choice([0.5, 1.0, 2.0]), rng.choice([0.0, 1.0, -1.0]),
-                    rng.choice([0.0, 0.1, 0.3]), tree)
-            got = fast.speculate(k, seq[-depth:], *args)
-            check(got, slow.speculate(k, seq[-depth:], *args), tree)
-            drafted += bool(got.probs)
-    for k in live:  # and every node's children, in order
+    fast, slow, drafted = SuffixCache(depth, max_cached), NaiveCache(depth, max_cached), 0
+    for k, context, kw in suffix_histories((fast, slow), seed, vocab, depth, tree, steps, 12, 6, 10):
+        got = fast.speculate(k, context, **kw)
+        check(got, slow.speculate(k, context, *kw.values()), tree)  # the same arguments, in order
+        drafted += bool(got.probs)
+    for k in fast.local:  # and every live request's node's children, in order
         same_order(fast.local[k], slow.local[k])
     same_order(fast.global_tree, slow.glob)
     return drafted

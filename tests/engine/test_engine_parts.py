@@ -105,6 +105,33 @@ def test_the_scheduler_by_hand():
     assert (c.num_computed, c.num_tokens, c.prefilling, d.num_tokens) == (5, 6, False, 5)
 
 
+def test_the_last_token_of_the_budget_still_runs_a_row():
+    """Two decoding rows, gamma 4, 6 tokens a step: A takes 1 + 4, B the one token left (its chain cut to nothing,
+    a plain step for it: vLLM's rule)."""
+    sched = Scheduler(BlockManager(16, 4), 4, 6, FixedPolicy(4))
+    a, b = counted(3), counted(2)
+    for s in (a, b):
+        sched.add(s)
+    plan = sched.schedule()
+    sched.update(plan, {a: ([0], [False]), b: ([0], [False])}, 1.0)
+    plan = sched.schedule()
+    assert (plan.decode, plan.k, plan.tokens) == ([a, b], [4, 0], 6)
+
+
+def test_a_tree_row_that_does_not_fit_waits_and_later_rows_still_run():
+    """A tree of 5 nodes (1 + 5 tokens a row), 9 tokens a step. Step 1: A (3) and B (2) are prefilled, C (6) gets
+    the 4 left. Step 2: A takes 6; B's 6 do not fit the 3 left, so B waits a step; C's last 2 prompt tokens run."""
+    sched = Scheduler(BlockManager(16, 4), 4, 9, FixedPolicy(4), lambda g: g + 1)
+    a, b, c = counted(3), counted(2), counted(6)
+    for s in (a, b, c):
+        sched.add(s)
+    plan = sched.schedule()
+    assert plan.prefill == [(a, 3), (b, 2), (c, 4)]
+    sched.update(plan, {a: ([0], [False]), b: ([0], [False])}, 1.0)
+    plan = sched.schedule()
+    assert (plan.decode, plan.k, plan.prefill, plan.tokens) == ([a], [5], [(c, 2)], 8)
+
+
 def test_a_prompt_longer_than_the_budget_is_prefilled_in_chunks_and_decodes_exactly():
     """max_num_batched_tokens 16: a 45-token prompt beside a 3-token one is prefilled over four steps (13, then 11
     a step beside the other row's 1 + 4), and every output still equals plain greedy decoding."""

@@ -141,3 +141,56 @@ def test_a_policy_above_its_gamma_max_is_refused(pair):
 
     with pytest.raises(ValueError, match="outside 0..gamma_max=3"):
         Engine(target, draft, gamma=Greedy(3)).run([Request(prompts[0], 8)])
+
+
+def test_rows_are_grouped_by_length_optimally():
+    """by_length: every row in exactly one group, each group's width its longest row, and the total (slots read +
+    cost per group) the least over every split of the sorted rows into runs (brute force, 9 rows)."""
+    import itertools
+    import random
+
+    from minispec.engine.attention import by_length
+
+    rng = random.Random(0)
+    for _ in range(40):
+        S = [rng.choice([5, 40, 41, 300, 600, rng.randint(1, 700)]) for _ in range(rng.randint(1, 9))]
+        cost = rng.choice([0, 64, 256, 10**9])
+        groups = by_length(S, cost)
+        assert sorted(r for rows, _ in groups for r in rows) == list(range(len(S)))
+        assert all(width == max(S[r] for r in rows) for rows, width in groups)
+        total = sum(cost + len(rows) * width for rows, width in groups)
+        s = sorted(S, reverse=True)
+        best = min(sum(cost + (b - a) * s[a] for a, b in zip((0,) + cuts, cuts + (len(s),)))
+                   for n in range(len(s)) for cuts in itertools.combinations(range(1, len(s)), n))
+        assert total == best, (S, cost, groups)
+    assert len(by_length([600, 64, 64, 64], 10**9)) == 1 and len(by_length([600, 64, 64, 64], 0)) == 2
+
+
+@pytest.mark.parametrize("draft_kind", ["none", "model", "tree"])
+def test_rows_split_by_length_give_the_tokens_and_logits_of_one_group(pair, draft_kind, monkeypatch):
+    """Decoding rows of 20 to 300 tokens: attended as one group padded to the longest, or as groups of similar
+    length (every distinct length apart at cost 0): the same tokens and acceptance, logits within float tolerance,
+    and the split really ran (more groups than steps)."""
+    from minispec.engine import attention
+
+    target, draft, _ = pair
+    text = sample_text("code")
+    prompts = [list(text[400 * i: 400 * i + n]) for i, n in enumerate((20, 300, 35, 180, 60, 240))]
+    d = {"none": None, "model": draft, "tree": minispec.TreeDraft(draft, budget=6, depth=3)}[draft_kind]
+    seen, split = [], attention.by_length
+    monkeypatch.setattr("minispec.engine.runner.by_length", lambda S, cost=None: seen.append(split(S, cost)) or
+                        seen[-1])
+    runs = {}
+    for cost in (10**9, 0):
+        monkeypatch.setattr(attention, "GROUP_COST", cost)
+        seen.clear()
+        engine = Engine(target, d, gamma=3)
+        with Passes(target) as passes:
+            outs = engine.run([Request(p, 16, temperature=0.8 * (i % 2), seed=i) for i, p in enumerate(prompts)])
+        runs[cost] = outs, engine.stats, passes.logits, [len(g) for g in seen]
+    (one, one_stats, one_logits, one_groups), (many, many_stats, many_logits, many_groups) = runs[10**9], runs[0]
+    assert set(one_groups) == {1} and max(many_groups) >= 3  # a tree drafts greedy and sampled rows apart
+    assert [o.tokens for o in many] == [o.tokens for o in one]
+    assert many_stats.accepted_per_position == one_stats.accepted_per_position
+    for a, b in zip(one_logits, many_logits):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)

@@ -17,9 +17,9 @@ isolation in a throwaway environment that has the CPU torch, nanobind 2.9.2, cma
 """
 
 import importlib.util
-import random
 
 import pytest
+from support import suffix_histories
 
 import minispec
 from minispec.drafts.suffix import SuffixDraft
@@ -42,38 +42,12 @@ def arctic():
 def histories(arctic, seed: int, tree: bool, vocab: int, depth: int, max_cached: int, steps: int = 300) -> int:
     """Random requests through both caches: prompts that copy earlier ones, outputs that copy earlier stretches (so
     that counts tie and grow); every draft compared. Returns how many drafts had tokens."""
-    rng = random.Random(seed)
-    theirs, ours, live, rid, drafted = arctic(depth, max_cached), SuffixCache(depth, max_cached), {}, 0, 0
-    for _ in range(steps):
-        r = rng.random()
-        if r < 0.1 or not live:
-            prompt = [rng.randrange(vocab) for _ in range(rng.randrange(1, 30))]
-            if live and rng.random() < 0.5:
-                other = rng.choice(list(live.values()))
-                prompt = other[: rng.randrange(1, len(other) + 1)] + prompt[:3]
-            for c in (theirs, ours):
-                c.start_request(rid, prompt)
-            live[rid], rid = list(prompt), rid + 1
-        elif r < 0.15:
-            k = rng.choice(list(live))
-            for c in (theirs, ours):
-                c.stop_request(k)
-            del live[k]
-        else:
-            k = rng.choice(list(live))
-            seq = live[k]
-            i = rng.randrange(len(seq))
-            new = seq[i : i + rng.randrange(1, 8)] if rng.random() < 0.6 else [rng.randrange(vocab)]
-            for c in (theirs, ours):
-                c.add_active_response(k, new)
-            seq += new
-            kw = dict(max_spec_tokens=rng.randrange(1, 12), max_spec_factor=rng.choice([0.5, 1.0, 2.0]),
-                      max_spec_offset=rng.choice([0.0, 1.0, -1.0]), min_token_prob=rng.choice([0.0, 0.1, 0.3]),
-                      use_tree_spec=tree)
-            a, b = theirs.speculate(k, seq[-depth:], **kw), ours.speculate(k, seq[-depth:], **kw)
-            assert (b.token_ids, b.parents, b.probs, b.score, b.match_len) == \
-                (list(a.token_ids), list(a.parents), list(a.probs), a.score, a.match_len), (seed, kw)
-            drafted += bool(b.token_ids)
+    theirs, ours, drafted = arctic(depth, max_cached), SuffixCache(depth, max_cached), 0
+    for k, context, kw in suffix_histories((theirs, ours), seed, vocab, depth, tree, steps, 30, 8, 12):
+        a, b = theirs.speculate(k, context, **kw), ours.speculate(k, context, **kw)
+        assert (b.token_ids, b.parents, b.probs, b.score, b.match_len) == \
+            (list(a.token_ids), list(a.parents), list(a.probs), a.score, a.match_len), (seed, kw)
+        drafted += bool(b.token_ids)
     return drafted
 
 
