@@ -1,13 +1,14 @@
 """How the engine groups its decoding rows for attention, measured: one group against groups of similar length.
 
-    PYTHONPATH=. python scripts/engine_groups.py [--costs 1000000000,1024,256,64] [--out results/cpu/engine_groups.txt]
+    PYTHONPATH=. python scripts/engine_groups.py [--costs 1e15,262144,1048576,4194304] [--out FILE]
 
 A group of decoding rows reads R x its longest row's slots of keys and values each layer
 (:func:`minispec.engine.attention.by_length`), so one group of rows 64 and 600 tokens long pads the short ones to
-600; more groups cost more kernel calls. Each ``cost`` (what one more group is priced at, in rows x slots; 10^9:
-always one group) serves the same static batch of 32 requests through the engine, rounds alternated in one process,
-SmolLM2-135M-Instruct (float32, the vs-vllm workload's prompts of 64-512 tokens) and the embedded pair (plain and
-with the draft model at batch 8). Every run's tokens must equal the first's. One torch thread.
+600; more groups cost more kernel calls. Each cost (``GROUP_BYTES``: one more group's price in bytes of keys and
+values read, :func:`minispec.engine.attention.group_cost`; 1e15: always one group) serves the same static batch
+through the engine, rounds alternated in one process: SmolLM2-135M-Instruct (float32, the vs-vllm workload's
+prompts of 64-512 tokens) at batch 32, the embedded pair plain at 32 and with its draft model at 8. Every run's
+tokens must equal the first's. One torch thread. Writes results/cpu/engine_groups.txt.
 """
 
 import argparse
@@ -27,16 +28,17 @@ CASES = (("smollm2", 32, "plain"), ("pair", 32, "plain"), ("pair", 8, "draft"))
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--costs", default="1000000000,1024,256,64")
+    ap.add_argument("--costs", default="1e15,262144,1048576,4194304")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="results/cpu/engine_groups.txt")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    costs = [int(c) for c in args.costs.split(",")]
+    costs = [int(float(c)) for c in args.costs.split(",")]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     lines = [f"# engine attention groups: output tok/s of one static batch per cost (rounds alternated); torch "
              f"{torch.__version__}, 1 thread, commit {commit}, load average before {os.getloadavg()[0]:.1f}", "",
-             "| workload | batch | setting | cost | tok/s per round | median | / one group |", "| --- " * 7 + "|"]
+             "| workload | batch | setting | group bytes | tok/s per round | median | / one group |",
+             "| --- " * 7 + "|"]
     for name, B, setting in CASES:
         cfg = VsConfig(engines=("minispec",), static_min=B)
         w = workload(name)
@@ -46,7 +48,7 @@ def main() -> None:
         first, rates = None, {c: [] for c in costs}
         for _ in range(args.rounds):
             for c in costs:
-                attention.GROUP_COST = c
+                attention.GROUP_BYTES = c
                 t = time.perf_counter()
                 out, _ = served_by_minispec(engine, batch, False)
                 seconds = time.perf_counter() - t

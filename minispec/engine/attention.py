@@ -30,7 +30,7 @@ import torch.nn.functional as F
 from minispec.engine.paged import PagedPool
 
 ATTENTION = ("gather", "flex")
-GROUP_COST = 256  # what one more group costs, in rows x slots read (its kernel calls each layer): see by_length
+GROUP_BYTES = 1 << 20  # what one more group of rows costs (its kernel calls each layer), in KV bytes read: by_length
 
 
 class Group(NamedTuple):
@@ -58,14 +58,11 @@ def group(query: torch.Tensor, valid: torch.Tensor, tables: torch.Tensor, masks:
                  flat.nonzero()[:, 0], fresh)
 
 
-def by_length(S: list[int], cost: int | None = None) -> list[tuple[list[int], int]]:
+def by_length(S: list[int], cost: int) -> list[tuple[list[int], int]]:
     """Rows of lengths ``S`` (slots each reads) split into groups of similar length, each (its rows, its longest):
     a group reads R x its longest row's slots, so one group of all rows pays for padding every short row to the
-    longest. The split minimises the slots read plus ``cost`` per group (an optimal partition of the rows sorted
-    by length: each group is a run of them). ``cost``: :data:`GROUP_COST` by default, chosen by measurement on this
-    project's CPU (static batches of 32 through the engine, SmolLM2-135M and the embedded pair: 0.87-1.25x faster
-    at 64 to 1,024 than one group, 256 the best of those; docs/ENGINE.md)."""
-    cost = GROUP_COST if cost is None else cost
+    longest. The split minimises the slots read plus ``cost`` (:func:`group_cost`) per group: an optimal partition
+    of the rows sorted by length, each group a run of them."""
     order = sorted(range(len(S)), key=lambda r: -S[r])
     s = [S[r] for r in order]  # longest first: a group starting at j reads s[j] slots a row
     best, cut = [0] + [None] * len(s), [0] * (len(s) + 1)  # best[i]: the rows order[:i] grouped; cut[i]: its last group
@@ -76,6 +73,15 @@ def by_length(S: list[int], cost: int | None = None) -> list[tuple[list[int], in
         groups.append(([order[r] for r in range(cut[i], i)], s[cut[i]]))
         i = cut[i]
     return groups[::-1]
+
+
+def group_cost(pool: PagedPool) -> int:
+    """One more group's price in rows x slots: :data:`GROUP_BYTES` over a slot's keys and values in one layer. The
+    calls cost the same time whatever the model; a slot costs its bytes, so a small model splits less. 1 MiB was
+    chosen by measurement on this project's CPU (static batches through the engine, SmolLM2-135M and the embedded
+    pair: results/cpu/engine_groups.txt, scripts/engine_groups.py)."""
+    _, _, K, D = pool.k.shape
+    return GROUP_BYTES // (2 * K * D * pool.k.element_size())
 
 
 class PagedStep:

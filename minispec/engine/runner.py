@@ -34,7 +34,7 @@ from minispec.decoding.timing import PhaseTimer
 from minispec.decoding.tree import tree_mask
 from minispec.drafts.base import Draft, Proposal
 from minispec.drafts.tree import TreeDraft
-from minispec.engine.attention import PagedStep, by_length, group
+from minispec.engine.attention import PagedStep, by_length, group, group_cost
 from minispec.engine.batch import DeviceRows
 from minispec.engine.drafting import Chunk, paged_draft
 from minispec.engine.paged import PagedPool
@@ -213,7 +213,7 @@ class _Decoding:
         S = [s.num_tokens + T for s in self.rows]  # each row's slots to read: its tokens and the step's draft tokens
         _, masks = attention_masks(self.new, max(S), self.mask, windows)  # {window: (B, 1, 1 + T, S)}
         out = []
-        for rows, width in by_length(S):
+        for rows, width in by_length(S, group_cost(self.runner.pool)):
             i = torch.tensor(rows, device=self.new.device)  # (R,)
             out.append(group(self.query[i], self.valid[i], self.tables[i],
                              {w: m[i, ..., :width] for w, m in masks.items()}, block_size))

@@ -178,17 +178,16 @@ def test_rows_split_by_length_give_the_tokens_and_logits_of_one_group(pair, draf
     prompts = [list(text[400 * i: 400 * i + n]) for i, n in enumerate((20, 300, 35, 180, 60, 240))]
     d = {"none": None, "model": draft, "tree": minispec.TreeDraft(draft, budget=6, depth=3)}[draft_kind]
     seen, split = [], attention.by_length
-    monkeypatch.setattr("minispec.engine.runner.by_length", lambda S, cost=None: seen.append(split(S, cost)) or
-                        seen[-1])
+    monkeypatch.setattr("minispec.engine.runner.by_length", lambda S, cost: seen.append(split(S, cost)) or seen[-1])
     runs = {}
-    for cost in (10**9, 0):
-        monkeypatch.setattr(attention, "GROUP_COST", cost)
+    for cost in (10**15, 0):
+        monkeypatch.setattr(attention, "GROUP_BYTES", cost)
         seen.clear()
         engine = Engine(target, d, gamma=3)
         with Passes(target) as passes:
             outs = engine.run([Request(p, 16, temperature=0.8 * (i % 2), seed=i) for i, p in enumerate(prompts)])
         runs[cost] = outs, engine.stats, passes.logits, [len(g) for g in seen]
-    (one, one_stats, one_logits, one_groups), (many, many_stats, many_logits, many_groups) = runs[10**9], runs[0]
+    (one, one_stats, one_logits, one_groups), (many, many_stats, many_logits, many_groups) = runs[10**15], runs[0]
     assert set(one_groups) == {1} and max(many_groups) >= 3  # a tree drafts greedy and sampled rows apart
     assert [o.tokens for o in many] == [o.tokens for o in one]
     assert many_stats.accepted_per_position == one_stats.accepted_per_position
