@@ -3,15 +3,17 @@
 A step's tokens (each prefill chunk, each decoding row's last token and its draft tokens) are one vector
 (N,), as vLLM V1 and nano-vllm run them: the model's matmuls see N tokens and no padding. Each token
 carries its position and its physical KV slot (``slots``, the slot mapping), so the new keys and values go
-straight into the pool. Attention is per row, over the row's own slots: rows are *groups* (all decoding
-rows in one, each prefill chunk alone, so a 500-token chunk never pads 64 decoding rows to 500), and a
-group's queries are gathered from the N tokens into (R, T) (padding repeats a real token; its output is
-dropped), its keys and values read through its block tables.
+straight into the pool. Attention is per row, over the row's own slots: rows are *groups* (decoding rows
+of similar length together, :func:`by_length`; each prefill chunk alone, so a 500-token chunk never pads 64
+decoding rows to 500), and a group's queries are gathered from the N tokens into (R, T) (padding repeats a
+real token; its output is dropped), its keys and values read through its block tables.
 
 How the keys and values are read is the ``attention`` backend (:data:`ATTENTION`):
 
   gather  copy each row's slots 0..S-1 into a dense (R, K, S, D) tensor and call SDPA: the reference, and on
-          this project's 2-core CPU the fastest (measured, see results/cpu/engine_attention.txt)
+          this project's 2-core CPU the fastest up to 8 rows or 256 tokens of context (compiled FlexAttention
+          1.4-2x slower there, eager 14-240x; compiled it took 0.8x the gather's time at 32 rows of 2,048 tokens,
+          once, on a shared machine: results/cpu/engine_attention.txt)
   flex    FlexAttention over the whole pool with a block mask built from the tables (PyTorch's own route to
           paged attention: no copy; ``torch.compile`` it on a GPU, where it becomes one fused kernel)
 
@@ -30,7 +32,7 @@ import torch.nn.functional as F
 from minispec.engine.paged import PagedPool
 
 ATTENTION = ("gather", "flex")
-GROUP_BYTES = 1 << 20  # what one more group of rows costs (its kernel calls each layer), in KV bytes read: by_length
+GROUP_BYTES = 1 << 18  # what one more group of rows costs (its kernel calls each layer), in KV bytes read: by_length
 
 
 class Group(NamedTuple):
@@ -77,9 +79,11 @@ def by_length(S: list[int], cost: int) -> list[tuple[list[int], int]]:
 
 def group_cost(pool: PagedPool) -> int:
     """One more group's price in rows x slots: :data:`GROUP_BYTES` over a slot's keys and values in one layer. The
-    calls cost the same time whatever the model; a slot costs its bytes, so a small model splits less. 1 MiB was
-    chosen by measurement on this project's CPU (static batches through the engine, SmolLM2-135M and the embedded
-    pair: results/cpu/engine_groups.txt, scripts/engine_groups.py)."""
+    calls cost the same time whatever the model; a slot costs its bytes, so a small model splits less. Measured on
+    this project's CPU (scripts/engine_groups.py, results/cpu/engine_groups.txt; static batches through the engine,
+    one torch thread): 256 KiB served SmolLM2-135M's batch of 32 1.30x as fast as one group and the embedded
+    pair's 1.12x (1 MiB: 1.16x and 1.13x; 4 MiB: 1.05x and 1.08x); the pair's batch of 8 with its draft model
+    was within its own noise at every price (0.91-0.96x, rounds 531-698 tok/s)."""
     _, _, K, D = pool.k.shape
     return GROUP_BYTES // (2 * K * D * pool.k.element_size())
 
@@ -152,8 +156,8 @@ class PagedStep:
 @functools.cache
 def flex_function(compiled: bool):
     """``flex_attention``, compiled (one fused kernel: the engine compiles it on a GPU) or eager (on this project's
-    CPU compiling takes minutes, and the compiled kernel ran slower than the gather there:
-    results/cpu/engine_attention.txt)."""
+    CPU compiling takes minutes, and the compiled kernel was slower than the gather at every size but the largest
+    measured: results/cpu/engine_attention.txt)."""
     from torch.nn.attention.flex_attention import flex_attention
 
     return torch.compile(flex_attention, dynamic=False) if compiled else flex_attention
