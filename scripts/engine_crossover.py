@@ -5,7 +5,7 @@
 Step times are measured through the engine (closed loop: B requests at once, the median of at least 8 steps in
 which all B decode), plain against gamma 4, and the speedup is E(alpha, 4) x plain / gamma-4.
 
-1. The embedded pair (the draft model and the EAGLE head), alpha as each accepts on held-out code. The target is
+1. The embedded pair (the draft model, the EAGLE head and the EAGLE-3 head), alpha as each accepts on held-out code. The target is
    so small that per-operation overhead, not arithmetic, sets its step time.
 2. A target whose verify is compute-bound here: a random-weight byte-level Llama of 1024 hidden units and 8
    layers (about 100M parameters, float32), a two-layer draft of 256, and synthetic acceptance (each draft token
@@ -60,7 +60,8 @@ if __name__ == "__main__":
     target, _ = minispec.load("tiny-code-target")
     code = list(sample_text("code"))
     for name, draft in (("draft model", minispec.load("tiny-code-draft")[0]),
-                        ("EAGLE head", minispec.EagleDraft.from_pretrained("tiny-code-eagle", target))):
+                        ("EAGLE head", minispec.EagleDraft.from_pretrained("tiny-code-eagle", target)),
+                        ("EAGLE-3 head", minispec.Eagle3Draft.from_pretrained("tiny-code-eagle3", target))):
         probe = Engine(target, draft, gamma=GAMMA)  # alpha as this pair accepts on held-out code
         probe.run([Request(code[i * 997: i * 997 + CONTEXT], 64) for i in range(8)])
         lines += crossover(target, draft, code, probe.stats.alpha_estimate, label=f"tiny-code-target, {name}") + [""]

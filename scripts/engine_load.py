@@ -2,9 +2,10 @@
 
     PYTHONPATH=. python scripts/engine_load.py [--rates 1,4,8,16,32,64] [--out results/cpu/engine_load]
 
-``minispec serve-bench`` with every setting the issue compares, on the embedded pair and the shipped EAGLE head:
+``minispec serve-bench`` with every setting the issues compare, on the embedded pair and the shipped heads:
 plain decoding, gamma 4 with the draft model, the roofline-gated policy (gamma "auto"), vLLM's batch-size table
-from the engine's own step times, and gamma 4 with the EAGLE head. Where a speculative step stops paying as the
+from the engine's own step times, and gamma 4 with the EAGLE head and with the EAGLE-3 head (issue 35: does a
+better draft move the knee?). Where a speculative step stops paying as the
 batch grows: scripts/engine_crossover.py.
 """
 
@@ -26,10 +27,12 @@ if __name__ == "__main__":
     target, _ = minispec.load("tiny-code-target")
     draft, _ = minispec.load("tiny-code-draft")
     eagle = minispec.EagleDraft.from_pretrained("tiny-code-eagle", target)
+    eagle3 = minispec.Eagle3Draft.from_pretrained("tiny-code-eagle3", target)
     text = list(sample_text("code"))
     cfg = LoadConfig(rates=tuple(float(r) for r in args.rates.split(",")), seconds=6.0, min_requests=32,
                      max_requests=192)
     settings = {"plain": {}, "gamma 4": dict(draft=draft, gamma=4), "auto": dict(draft=draft, gamma="auto"),
-                "vLLM table": dict(draft=draft, gamma="table"), "EAGLE gamma 4": dict(draft=eagle, gamma=4)}
+                "vLLM table": dict(draft=draft, gamma="table"), "EAGLE gamma 4": dict(draft=eagle, gamma=4),
+                "EAGLE-3 gamma 4": dict(draft=eagle3, gamma=4)}
     serve_bench(target, settings, cfg, text, args.out)
     print(open(args.out + ".txt").read())
