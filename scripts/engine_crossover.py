@@ -5,8 +5,8 @@
 Step times are measured through the engine (closed loop: B requests at once, the median of at least 8 steps in
 which all B decode), plain against gamma 4, and the speedup is E(alpha, 4) x plain / gamma-4.
 
-1. The embedded pair (the draft model, the EAGLE head and the EAGLE-3 head), alpha as each accepts on held-out code. The target is
-   so small that per-operation overhead, not arithmetic, sets its step time.
+1. The embedded pair (the draft model, the EAGLE head and the EAGLE-3 head), alpha as each accepts on held-out
+   code. The target is so small that per-operation overhead, not arithmetic, sets its step time.
 2. A target whose verify is compute-bound here: a random-weight byte-level Llama of 1024 hidden units and 8
    layers (about 100M parameters, float32), a two-layer draft of 256, and synthetic acceptance (each draft token
    accepted with probability alpha = 0.8 until a row's first rejection: SyntheticAcceptance; the tokens then do
