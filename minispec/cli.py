@@ -8,7 +8,6 @@ import re
 import sys
 import warnings
 from contextlib import contextmanager
-from pathlib import Path
 
 DESCRIPTION = ("minispec: speculative decoding you can read and measure. Each command checks its flags, calls one "
                "library function and prints; 'minispec COMMAND --help' lists a command's flags with their defaults. "
@@ -203,50 +202,9 @@ def _roofline(args) -> None:
 
 
 def _train(args) -> None:
-    from minispec.tools.train import train
-    from minispec.tools.train_eagle import train_eagle
+    from minispec.tools.train_cli import from_args
 
-    _check_out_dir(args.out)
-    if args.name == "eagle3":
-        from minispec.tools.train_eagle3 import Eagle3TrainConfig, train_eagle3
-
-        if args.target is None or args.prose_file or args.stop_after is not None:
-            raise ValueError("minispec train eagle3 takes --target NAME [--hot-vocab N (its draft vocabulary)] "
-                             "[--minutes M] [--seed S] [--threads T] --out DIR (not --prose-file or --stop-after)")
-        record = train_eagle3(args.target, args.out, minutes=args.minutes, threads=args.threads,
-                              config=Eagle3TrainConfig(draft_vocab=args.hot_vocab, seed=args.seed))
-        print(f"EAGLE-3 head for {args.target}: {record['steps']} steps in {record['seconds'] / 60:.1f} min; load it "
-              f"with minispec.Eagle3Draft.from_pretrained({str(args.out)!r}, target), or in vLLM with "
-              f"speculative_config={{'method': 'eagle3', 'model': {str(args.out)!r}}}")
-        return
-    if args.name == "eagle":
-        if args.target is None or args.prose_file or args.stop_after is not None:
-            raise ValueError("minispec train eagle takes --target NAME [--hot-vocab N] [--minutes M] [--seed S] "
-                             "[--threads T] --out DIR (not --prose-file or --stop-after)")
-        with warnings.catch_warnings():
-            # torch, under CPU autocast, on a bf16 input beside a float32 norm weight: "cannot dispatch to fused
-            # implementation". A note about torch's kernel choice that a user cannot act on.
-            warnings.filterwarnings("ignore", message="Mismatch dtype between input and weight", category=UserWarning)
-            record = train_eagle(args.target, args.out, hot_vocab=args.hot_vocab, minutes=args.minutes,
-                                 seed=args.seed, threads=args.threads)
-        print(f"EAGLE head for {args.target}: {record['steps']} steps in {record['seconds'] / 60:.1f} min; "
-              f"load it with minispec.EagleDraft.from_pretrained({str(args.out)!r}, target)")
-        return
-    if args.target is not None or args.hot_vocab is not None:
-        raise ValueError("--target and --hot-vocab are for minispec train eagle")
-    record = train(args.name, args.out, prose_file=args.prose_file, stop_after=args.stop_after)
-    print(f"{args.name}: held-out loss {record['heldout_loss']:.4f} nats/byte after {record['steps']} steps "
-          f"({record['seconds']:.0f} s); checkpoint in {args.out}")
-
-
-def _check_out_dir(out: str) -> None:
-    """A checkpoint folder to write: not a file, and inside a folder this process may write to."""
-    path = Path(out).expanduser()
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"--out {out} is a file; name a folder to write the checkpoint in")
-    parent = next(p for p in (path, *path.parents) if p.exists())
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ValueError(f"--out {out}: {parent} is not writable")
+    from_args(args)
 
 
 def _fetch(args) -> None:
