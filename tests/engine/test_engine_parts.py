@@ -132,6 +132,31 @@ def test_a_tree_row_that_does_not_fit_waits_and_later_rows_still_run():
     assert (plan.decode, plan.k, plan.prefill, plan.tokens) == ([a], [5], [(c, 2)], 8)
 
 
+def test_a_waiting_prompt_takes_the_last_token_of_the_budget():
+    """4 tokens a step: A's 3-token prompt, then one token of B's 5 (chunked prefill starts on what is left)."""
+    sched = Scheduler(BlockManager(16, 4), 4, 4)
+    a, b = counted(3), counted(5)
+    for s in (a, b):
+        sched.add(s)
+    assert sched.schedule().prefill == [(a, 3), (b, 1)]
+
+
+def test_the_policy_is_told_the_decoding_rows_and_their_mean_context():
+    """gamma is chosen from the rows decoding and their mean KV length (what the roofline policy plans with)."""
+    class Spy(FixedPolicy):
+        def choose(self, batch_size, context=None):
+            self.seen = (batch_size, context)
+            return super().choose(batch_size, context)
+
+    sched = Scheduler(BlockManager(16, 4), 4, 20, Spy(2))
+    a, b = counted(3), counted(6)
+    for s in (a, b):
+        sched.add(s)
+    sched.update(sched.schedule(), {a: ([0], [False]), b: ([0], [False])}, 1.0)
+    sched.schedule()
+    assert sched.policy.seen == (2, (3 + 6) / 2)  # each row's KV: its prompt (the first token's is not yet written)
+
+
 def test_a_prompt_longer_than_the_budget_is_prefilled_in_chunks_and_decodes_exactly():
     """max_num_batched_tokens 16: a 45-token prompt beside a 3-token one is prefilled over four steps (13, then 11
     a step beside the other row's 1 + 4), and every output still equals plain greedy decoding."""
