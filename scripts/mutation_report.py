@@ -43,7 +43,7 @@ def render(data: dict) -> str:
         f"Rendered by `scripts/mutation_report.py` from `results/cpu/mutation.json` (written by "
         f"`scripts/mutation.py`): mutmut {data.get('mutmut')}, Python {data.get('python')}, {data.get('machine')}. "
         f"Each module ran on the commit named in its row (one exported with `git archive`, never a working tree), "
-        f"one mutant at a time (`--max-children 1`, one torch thread). Tests: "
+        f"each mutant in a process of its own with one torch thread, one or two at a time (`--max-children`). Tests: "
         + ", ".join(f"`{t}`" for t in data.get("tests", [])) + ", less the slow ones; each mutant runs the tests "
         "that reach its function, quickest first, stopping at the first failure.",
         "",

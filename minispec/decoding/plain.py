@@ -44,6 +44,8 @@ def check_request(model: Model, prompts, max_new_tokens: int, eos_token_id, slac
     if isinstance(prompts, str) or (isinstance(prompts, (list, tuple)) and any(isinstance(p, str) for p in prompts)):
         raise ValueError("prompts are token ids, not text: encode each prompt with the tokenizer, "
                          "e.g. [tok.encode(text)]")
+    if isinstance(prompts, torch.Tensor):
+        prompts = list(prompts)  # (B, T): B prompts of T tokens, as Hugging Face's input_ids
     if not isinstance(prompts, (list, tuple)) or not prompts:
         raise ValueError("prompts must be a non-empty list of token-id lists")
     if any(not hasattr(p, "__len__") or (isinstance(p, torch.Tensor) and p.dim() == 0) for p in prompts):

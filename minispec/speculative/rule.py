@@ -87,7 +87,7 @@ def children(parent: torch.Tensor, width: int) -> torch.Tensor:
     return table[:, :-1].view(B, T + 1, width)
 
 
-def verify_tree(p: torch.Tensor, q, x: torch.Tensor, tree: Tree, u: torch.Tensor, draw, greedy: bool = False):
+def verify_tree(p: torch.Tensor, q, x: torch.Tensor, tree: Tree, u: torch.Tensor, draw, greedy: bool):
     """The exact rule of the module docstring, for every row at once.
 
     p (B, T+1, V): the target at the root and each node; q: the draft's distribution of each node's

@@ -3,6 +3,8 @@
 import torch
 from support import random_model
 
+from minispec.model.kv_cache import KVCache
+
 
 def test_rollback_equals_a_fresh_cache():
     model = random_model()
@@ -58,3 +60,15 @@ def test_a_static_cache_without_compile_gives_the_same_logits():
         out[static] = torch.cat(logits, 1)
         assert cache.slots_in_use == (16 if static else 10)
     assert (out[True] - out[False]).abs().max() < 1e-5
+
+
+def test_a_cache_reads_only_the_slots_in_use_unless_static():
+    """By default (the EAGLE head's cache is built so) attention spans the slots written so far, not the capacity;
+    a static cache (for torch.compile) spans all of them."""
+    k = torch.randn(2, 1, 3, 4)  # (B, K, T, D)
+    for static, spanned in ((None, 3), (True, 64)):
+        cache = KVCache(1, 2, 1, 64, 4) if static is None else KVCache(1, 2, 1, 64, 4, static=static)
+        cache.begin(torch.arange(3).expand(2, 3))  # (B, T) slots 0..2
+        keys, _ = cache.update(0, k, k)  # (B, K, S', D)
+        assert keys.shape[2] == spanned
+        assert torch.equal(keys[:, :, :3], k)

@@ -1,0 +1,68 @@
+"""What the loop reports besides tokens: its phase timers, vLLM's per-position acceptance rates, and what a tree's
+policy is told each step. Mutation testing found all three unchecked (a renamed timer, rates always empty, a tree
+step reporting one level too many to the policy)."""
+
+import math
+
+import torch
+from support import random_model
+
+import minispec
+from minispec.roofline.policy import FixedPolicy
+
+
+def nudged_pair():
+    """The target and a draft with the same weights but for a nudged LM head: most steps accept some, few all."""
+    target, draft = random_model(seed=0), random_model(seed=0)
+    with torch.no_grad():
+        draft.lm_head.weight.add_(0.005 * torch.randn(draft.lm_head.weight.shape,
+                                                      generator=torch.Generator().manual_seed(3)))
+    return target, draft
+
+
+PROMPTS = [[1, 2, 3], [4, 5, 6, 7], [8], [9, 9, 9]]
+
+
+def test_each_phase_has_its_own_timer():
+    target, draft = nudged_pair()
+    s = minispec.speculative_generate(target, draft, PROMPTS, gamma=3, max_new_tokens=12).stats
+    assert set(s.phase_s) == {"prefill", "draft_prefill", "draft", "verify", "accept"}
+    assert all(t > 0 for t in s.phase_s.values())
+
+
+def test_per_position_rates_are_accepted_counts_over_drafts():
+    target, draft = nudged_pair()
+    s = minispec.speculative_generate(target, draft, PROMPTS, gamma=3, max_new_tokens=24).stats
+    assert s.num_drafts > 0 and len(s.accepted_per_position) >= 2
+    assert s.per_position_acceptance_rates == [a / s.num_drafts for a in s.accepted_per_position]
+    none = minispec.speculative_generate(target, draft, PROMPTS, gamma=1, max_new_tokens=1).stats  # no step drafts
+    assert none.num_drafts == 0 and none.per_position_acceptance_rates == []
+
+
+class Recording(FixedPolicy):
+    """A fixed gamma that keeps what the loop tells it after each step (no prior, no forgetting)."""
+
+    def start(self):
+        super().start()
+        self.told = []
+
+    def observe(self, accepted, tested):
+        self.told.append((accepted, tested))
+        super().observe(accepted, tested)
+
+
+def test_a_tree_step_tells_its_policy_the_levels_it_reached():
+    """For a tree, a step tells the policy the levels whose first-ranked child was accepted, and the levels reached:
+    min(levels accepted + 1, depth) per row. Summed over the call: accepted_per_rank[0], and every accepted level
+    plus one per (row, step) that stopped short of the full depth."""
+    target, draft = nudged_pair()
+    depth = 3
+    policy = Recording(gamma=depth, prior_tokens=0.0, half_life_tokens=math.inf)
+    out = minispec.speculative_generate(target, minispec.TreeDraft(draft, branching=(2, 2, 1)), PROMPTS,
+                                        gamma=policy, max_new_tokens=24)
+    s = out.stats
+    at = s.accepted_per_position + [0] * (depth - len(s.accepted_per_position))
+    full = at[depth - 1]  # (row, step) pairs that accepted every level
+    assert 0 < full < s.num_drafts  # both kinds of step happened
+    assert sum(a for a, _ in policy.told) == s.accepted_per_rank[0]
+    assert sum(t for _, t in policy.told) == s.accepted_tokens + s.num_drafts - full
