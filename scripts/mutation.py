@@ -6,7 +6,8 @@
     python scripts/mutation.py run --max-children 1 --minutes 90       # one core; stop after 90 min (run it again
                                                                        # to resume where it stopped)
     python scripts/mutation.py run --module minispec/drafts/tree.py --rerun-survivors   # after new tests: the
-                                                                       # module's survivors again, at HEAD
+                                                                       # module's survivors again, at HEAD (not
+                                                                       # those listed as equivalent)
     python scripts/mutation.py survivors [--module ...]                # each survivor's change, for triage
     python scripts/mutation_report.py                                  # results/cpu/mutation.md from the JSON
 
@@ -263,7 +264,7 @@ def child(args) -> None:
     plan_path, ran_path = WORK / "plan.json", WORK / "ran_on.json"
     plans = json.loads(plan_path.read_text()) if plan_path.exists() else {}
     ran_on = json.loads(ran_path.read_text()) if ran_path.exists() else {}
-    todo, reset = [], {}
+    todo, reset, listed = [], {}, equivalent_list()
     for module in args.modules:
         described = describe(WORK, module)
         device = sorted(k for k, d in described.items() if d["device"])
@@ -273,7 +274,8 @@ def child(args) -> None:
         plans[module] = {"generated": len(described), "device": device, "fraction": None if full else args.sample,
                          "seed": None if full else args.seed, "sample": chosen}
         codes = read_meta(WORK, module)["exit_code_by_key"]
-        again = {k for k in chosen if args.rerun_survivors and status_of(codes[k]) == "survived"}
+        again = {k for k in chosen if args.rerun_survivors and status_of(codes[k]) == "survived"
+                 and described[k]["fingerprint"] not in listed}  # a listed one has its reason: not rerun
         reset[module] = again
         todo += [k for k in chosen if codes[k] is None or k in again]
         print(f"{module}: {len(described)} mutants ({len(device)} device), {len(chosen)} in the plan, "
@@ -521,7 +523,8 @@ def main() -> None:
     r.add_argument("--minutes", type=float, help="stop after this long (resume by running the command again)")
     r.add_argument("--commit", help="the commit to run on (default HEAD)")
     r.add_argument("--fresh", action="store_true", help="discard mutants/tree and start over")
-    r.add_argument("--rerun-survivors", action="store_true", help="run the modules' survivors again")
+    r.add_argument("--rerun-survivors", action="store_true",
+                   help="run the modules' survivors again (those not listed as equivalent)")
     s = sub.add_parser("survivors", help="each survivor's change, from results/cpu/mutation.json")
     s.add_argument("--module", action="append")
     sub.add_parser("record", help="rewrite results/cpu/mutation.json from mutants/tree")

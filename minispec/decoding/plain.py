@@ -160,6 +160,9 @@ class DecodeState:
         n, longest, kv, *rest = torch.stack([running.sum(), self.total.max(), ((self.total - 1) * running).sum(),
                                              *extra]).tolist()
         self.step += 1
+        if n and self.step >= self.max_new - 1:  # every step gives each running row a token: cannot happen
+            raise RuntimeError(f"{n} rows still running after {self.step} decode steps (max_new_tokens="
+                               f"{self.max_new}): a step that emitted nothing")
         self.longest = longest
         return StepEnd(n, longest, kv / n if n else 0.0, *rest)
 

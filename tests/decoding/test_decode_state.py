@@ -2,6 +2,7 @@
 device its tensors live on. Mutation testing found both unchecked: a step counter that stopped at 1, a first-token
 step of +1, and the token buffer left on the CPU (the meta device shows it without a GPU)."""
 
+import pytest
 import torch
 
 from minispec.decoding.plain import DecodeState
@@ -27,3 +28,14 @@ def test_every_tensor_lives_on_the_states_device():
     tensors = {k: v for k, v in vars(state).items() if isinstance(v, torch.Tensor)}
     assert {"seq", "prompt_len", "total", "done", "finish_step", "from_draft", "eos"} <= set(tensors)
     assert all(t.device.type == "meta" for t in tensors.values())
+
+
+def test_a_loop_whose_steps_emit_nothing_stops_with_an_error_instead_of_spinning():
+    """Each decode step gives every running row a token, so max_new_tokens - 1 steps finish every row; a row still
+    running after them is a defect (a lost token, a wrong stop), named at once rather than looped on forever."""
+    state = DecodeState([[1], [2, 3]], 3, [], "cpu")
+    state.emit(torch.tensor([[4], [4]]), torch.ones(2, dtype=torch.long))
+    assert state.start_loop().running == 2
+    assert state.end_step().running == 2  # step 1 emitted nothing: one step is left
+    with pytest.raises(RuntimeError, match="2 rows still running after 2 decode steps"):
+        state.end_step()
