@@ -76,6 +76,7 @@ def test_top_k_one_is_greedy():
     (dict(temperature=1.0, top_p=1.5), "top_p"),
     (dict(temperature=1.0, top_k=0), "top_k"),
     (dict(eos_token_id=99), "eos_token_id"),
+    (dict(eos_token_id=[3, 64]), "eos_token_id"),  # the vocabulary is 0..63
 ])
 def test_bad_input_is_named_before_any_work(kwargs, message, monkeypatch):
     model = random_model()
@@ -83,3 +84,13 @@ def test_bad_input_is_named_before_any_work(kwargs, message, monkeypatch):
     args = dict(prompts=[[1, 2, 3], [4, 5, 6, 7, 8, 9, 10]], max_new_tokens=4) | kwargs
     with pytest.raises(ValueError, match=message):
         minispec.generate(model, **args)
+
+
+def test_a_request_may_fill_the_models_maximum_length():
+    """prompt + max_new_tokens == max_position_embeddings (256) is allowed, and runs: the last token at position 255."""
+    model = random_model()
+    prompt = [[t % 64 for t in range(250)]]
+    out = minispec.generate(model, prompt, max_new_tokens=6)
+    assert len(out.tokens[0]) == 6
+    with pytest.raises(ValueError, match="exceeds the model's maximum length of 256"):
+        minispec.generate(model, prompt, max_new_tokens=7)

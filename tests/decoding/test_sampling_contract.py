@@ -8,6 +8,7 @@ import torch
 from minispec.decoding import sampling
 from minispec.decoding.sampling import (
     MIN_TEMPERATURE,
+    Sampler,
     SamplingParams,
     philox4x32,
     probabilities,
@@ -88,3 +89,19 @@ def test_the_inverse_cdf_picks_the_first_token_past_u_times_the_total():
     u = torch.tensor([1e-9, 0.2499, 0.2501, 0.7499, 0.7501, 1 - 1e-9], dtype=torch.float64)
     assert sample(w.expand(6, 6), u).tolist() == [1, 1, 3, 3, 4, 4]
     assert sample(w * 1e-30, u[:1]).tolist() == [1]  # tiny totals: the grid scales by a power of two
+
+
+def test_philox_broadcasts_counters_against_keys():
+    """One counter under three keys (and three counters under one key) gives each pair's words, as alone."""
+    keys, counter = row_keys([1, 2**40 + 7, 99]), torch.tensor([5, 6, 7, 0])  # (3, 2), (4,)
+    words = philox4x32(counter, keys)  # (3, 4)
+    assert words.shape == (3, 4)
+    for b in range(3):
+        assert torch.equal(words[b], philox4x32(counter, keys[b]))
+    counters = torch.tensor([[0, 1, 2, 0], [3, 4, 5, 0], [6, 7, 8, 0]])  # (3, 4)
+    assert torch.equal(philox4x32(counters, keys[0]), torch.stack([philox4x32(c, keys[0]) for c in counters]))
+
+
+def test_a_samplers_keys_live_on_its_device():
+    """The meta device shows a tensor left on the CPU without a GPU."""
+    assert Sampler(SamplingParams(1.0), [1, 2], 2, "meta").keys.device.type == "meta"
