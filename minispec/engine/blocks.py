@@ -25,7 +25,6 @@ class BlockManager:
     def __init__(self, num_blocks: int, block_size: int):
         self.num_blocks, self.block_size = num_blocks, block_size
         self.free: list[int] = list(range(num_blocks - 1, -1, -1))  # a stack: the block freed last is reused first
-        self.scratch = num_blocks  # the padding block (see the module docstring)
 
     @property
     def num_free(self) -> int:

@@ -105,3 +105,12 @@ def test_philox_broadcasts_counters_against_keys():
 def test_a_samplers_keys_live_on_its_device():
     """The meta device shows a tensor left on the CPU without a GPU."""
     assert Sampler(SamplingParams(1.0), [1, 2], 2, "meta").keys.device.type == "meta"
+
+
+def test_sample_takes_any_leading_shape():
+    """Weights (..., V): one token per leading index, greedy (u None) and sampled alike."""
+    g = torch.Generator().manual_seed(0)
+    weights = torch.rand(2, 3, 5, generator=g)  # (2, 3, V)
+    assert torch.equal(sample(weights), weights.argmax(-1))
+    u = torch.rand(2, 3, generator=g, dtype=torch.float64)  # (2, 3)
+    assert torch.equal(sample(weights, u), torch.stack([sample(w, v) for w, v in zip(weights, u)]))
