@@ -114,3 +114,21 @@ def test_sample_takes_any_leading_shape():
     assert torch.equal(sample(weights), weights.argmax(-1))
     u = torch.rand(2, 3, generator=g, dtype=torch.float64)  # (2, 3)
     assert torch.equal(sample(weights, u), torch.stack([sample(w, v) for w, v in zip(weights, u)]))
+
+
+def test_top_k_and_top_p_at_temperature_zero_are_named_in_one_warning():
+    """Greedy ignores top-k and top-p: the warning names each setting given (and only those), once."""
+    import warnings
+
+    with pytest.warns(UserWarning) as caught:
+        SamplingParams(0.0, top_k=5, top_p=0.9)
+    assert len(caught) == 1 and "top_k=5" in str(caught[0].message) and "top_p=0.9" in str(caught[0].message)
+    assert " them" in str(caught[0].message)
+    with pytest.warns(UserWarning) as caught:
+        SamplingParams(0.0, top_p=0.5)
+    assert "top_p=0.5" in str(caught[0].message) and "top_k" not in str(caught[0].message)
+    assert " it" in str(caught[0].message) and " them" not in str(caught[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        SamplingParams(0.0)
+        SamplingParams(0.7, top_k=5, top_p=0.9)
