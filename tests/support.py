@@ -30,6 +30,16 @@ def random_model(seed=0, logit_scale=1.0, **kw) -> Model:
     return model.requires_grad_(False)
 
 
+def nudged_pair() -> tuple[Model, Model]:
+    """The target and a draft with its weights but an LM head nudged: some steps accept every draft token, most
+    stop earlier."""
+    target, draft = random_model(seed=0), random_model(seed=0)
+    with torch.no_grad():
+        draft.lm_head.weight.add_(0.005 * torch.randn(draft.lm_head.weight.shape,
+                                                      generator=torch.Generator().manual_seed(3)))
+    return target, draft
+
+
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], [12], [13, 14, 15, 16, 17], [3] * 20, [9, 8], [7] * 11, [60]]
 
 

@@ -4,21 +4,10 @@ step reporting one level too many to the policy)."""
 
 import math
 
-import torch
-from support import random_model
+from support import nudged_pair
 
 import minispec
 from minispec.roofline.policy import FixedPolicy
-
-
-def nudged_pair():
-    """The target and a draft with the same weights but for a nudged LM head: most steps accept some, few all."""
-    target, draft = random_model(seed=0), random_model(seed=0)
-    with torch.no_grad():
-        draft.lm_head.weight.add_(0.005 * torch.randn(draft.lm_head.weight.shape,
-                                                      generator=torch.Generator().manual_seed(3)))
-    return target, draft
-
 
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7], [8], [9, 9, 9]]
 

@@ -2,8 +2,7 @@
 dynamic tree. Mutation testing found both unchecked: a counter that added one token too many per rejection, or
 subtracted instead of adding, and a dynamic tree's budget passed to the roofline policy under another name."""
 
-import torch
-from support import random_model
+from support import nudged_pair, random_model
 
 import minispec
 
@@ -11,10 +10,7 @@ import minispec
 def test_tested_tokens_count_up_to_each_rows_first_rejection():
     """A chain of G always offers G tokens, so a row's step tests min(accepted + 1, G): summed over steps, every
     accepted token plus one rejected token per step that did not accept all G."""
-    target, draft = random_model(seed=0), random_model(seed=0)  # the target's weights, its LM head nudged:
-    with torch.no_grad():  # some steps accept all G, most stop earlier
-        draft.lm_head.weight.add_(0.005 * torch.randn(draft.lm_head.weight.shape,
-                                                      generator=torch.Generator().manual_seed(3)))
+    target, draft = nudged_pair()  # some steps accept all G, most stop earlier
     G = 3
     prompts = [[1, 2, 3], [4, 5, 6, 7], [8], [9, 9, 9]]
     s = minispec.speculative_generate(target, draft, prompts, gamma=G, max_new_tokens=24).stats
