@@ -183,8 +183,11 @@ class Model(nn.Module):
         weights. The products are the same up to float rounding (about 1e-6 relative); on this project's AVX2 CPU
         they run 2-3x faster at 8 to 400 tokens a pass (``scripts/linear_prepack.py``). In place and opt-in, as
         :meth:`compile` is; it keeps the plain weights (drafts and tied embeddings read them), so it costs one more
-        copy of them. Elsewhere (a GPU, a torch without oneDNN) it changes nothing."""
-        if self.device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        copy of them. Elsewhere (a GPU, a torch without oneDNN, or bfloat16 / float16 weights on a CPU without the
+        instructions oneDNN packs them with: AVX-512 BF16 or FP16, or AVX-NE-CONVERT) it changes nothing."""
+        packs = {torch.float32: True, torch.bfloat16: torch.ops.mkldnn._is_mkldnn_bf16_supported(),
+                 torch.float16: torch.ops.mkldnn._is_mkldnn_fp16_supported()}
+        if self.device.type != "cpu" or not torch.backends.mkldnn.is_available() or not packs.get(self.dtype):
             return self
         for m in self.modules():
             if isinstance(m, nn.Linear) and not hasattr(m, "packed"):
