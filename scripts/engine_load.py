@@ -5,8 +5,12 @@
 ``minispec serve-bench`` with every setting the issues compare, on the embedded pair and the shipped heads:
 plain decoding, gamma 4 with the draft model, the roofline-gated policy (gamma "auto"), vLLM's batch-size table
 from the engine's own step times, and gamma 4 with the EAGLE head and with the EAGLE-3 head (issue 35: does a
-better draft move the knee?). Where a speculative step stops paying as the
-batch grows: scripts/engine_crossover.py.
+better draft move the knee?); and, asked for with ``--settings``, the drafts that cost no model pass: prompt lookup
+and suffix decoding (gamma 8, vLLM's ``suffix`` defaults), e.g.
+
+    PYTHONPATH=. python scripts/engine_load.py --settings "plain,prompt lookup,suffix" --out results/cpu/load_free
+
+Where a speculative step stops paying as the batch grows: scripts/engine_crossover.py.
 """
 
 import argparse
@@ -22,6 +26,8 @@ if __name__ == "__main__":
     p.add_argument("--rates", default="1,4,8,16,32,64")
     p.add_argument("--out", default="results/cpu/engine_load")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--settings", default="plain,gamma 4,auto,vLLM table,EAGLE gamma 4,EAGLE-3 gamma 4",
+                   help="comma-separated; also: prompt lookup, suffix")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     target, _ = minispec.load("tiny-code-target")
@@ -33,6 +39,11 @@ if __name__ == "__main__":
                      max_requests=192)
     settings = {"plain": {}, "gamma 4": dict(draft=draft, gamma=4), "auto": dict(draft=draft, gamma="auto"),
                 "vLLM table": dict(draft=draft, gamma="table"), "EAGLE gamma 4": dict(draft=eagle, gamma=4),
-                "EAGLE-3 gamma 4": dict(draft=eagle3, gamma=4)}
-    serve_bench(target, settings, cfg, text, args.out)
+                "EAGLE-3 gamma 4": dict(draft=eagle3, gamma=4),
+                "prompt lookup": dict(draft=minispec.PromptLookupDraft(), gamma=8),
+                "suffix": dict(draft=minispec.SuffixDraft(), gamma=8)}
+    chosen = args.settings.split(",")
+    if unknown := [c for c in chosen if c not in settings]:
+        raise SystemExit(f"unknown settings {unknown}: choose from {list(settings)}")
+    serve_bench(target, {c: settings[c] for c in chosen}, cfg, text, args.out)
     print(open(args.out + ".txt").read())

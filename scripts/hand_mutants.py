@@ -1,12 +1,12 @@
 """Wrong versions made by hand (issues 23 and 33): each keeps the output exact, and each must fail a test.
 
-Each wrong version only lowers acceptance, reuses random numbers, or gets the engine's bookkeeping wrong, so no
-exactness test can see it. Each is a textual patch: a small snippet of the package that must occur exactly once, and
-its replacement. For each one this script copies the working tree's package and tests to a temporary folder, applies
-the patch, runs the tests named with it there (so the copy is the package they import, stopping at the first
-failure) and reports the test that failed. A wrong version that fails no test is a hole in the suite; a snippet that
-no longer occurs (the code was rewritten) is reported as TARGET NOT FOUND. Either makes the script exit 1: a
-rewrite must carry its wrong versions along, not drop them silently.
+Each wrong version only lowers acceptance, reuses random numbers, gets the engine's bookkeeping wrong or does more
+work than a step needs, so no exactness test can see it. Each is a textual patch: a small snippet of the package
+that must occur exactly once, and its replacement. For each one this script copies the working tree's package and
+tests to a temporary folder, applies the patch, runs the tests named with it there (so the copy is the package they
+import, stopping at the first failure) and reports the test that failed. A wrong version that fails no test is a
+hole in the suite; a snippet that no longer occurs (the code was rewritten) is reported as TARGET NOT FOUND. Either
+makes the script exit 1: a rewrite must carry its wrong versions along, not drop them silently.
 
     python scripts/hand_mutants.py --jobs 2         # all of them, two at a time (CI: 2 cores)
     python scripts/hand_mutants.py --only engine    # the ones whose name contains "engine"
@@ -32,6 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PER_STEP = "tests/drafts/test_tokens_per_step.py"
 ENGINE = "tests/engine/test_engine_mutants.py"
+WORK = "tests/engine/test_engine_work.py"
 
 
 def step_tests(k: str) -> list[str]:
@@ -126,6 +127,37 @@ MUTANTS = {
         "minispec/engine/drafting.py", "s.lag = 2 if speculative else s.lag + 1",
         "s.lag = 1 if speculative else s.lag + 1",
         [ENGINE, "-k", "proposals and model"], engine(SMALL, max_num_seqs=3)),
+    "engine scheduler: a chain drafts past max_new_tokens - 1 (more than a step can emit)": (
+        "minispec/engine/scheduler.py", "1 + min(plan.width, seq.max_new_tokens - 1) if chain",
+        "1 + plan.width if chain", [WORK, "-k", "counters"], engine(SMALL)),
+    "engine scheduler: decoding rows not charged to the token budget": (
+        "minispec/engine/scheduler.py", "                    plan.k.append(n - 1)\n                budget -= n\n",
+        "                    plan.k.append(n - 1)\n                budget -= n if seq.prefilling else 0\n",
+        ["tests/engine/test_engine_exact.py", "-k", "chunks"], engine(SMALL, max_num_batched_tokens=16)),
+    "engine scheduler: the policy told the mean prompt length, not the mean context": (
+        "minispec/engine/scheduler.py", "context = sum(s.num_computed for s in decoding)",
+        "context = sum(s.prompt_len for s in decoding)", ["tests/engine/test_engine_parts.py", "-k", "mean_context"],
+        engine(SMALL)),
+    "engine runner: every draft slot fed, proposed or not (prompt lookup's short drafts padded)": (
+        "minispec/engine/runner.py", "fed = torch.zeros_like(self.root) if x is None else self._fed()",
+        "fed = torch.zeros_like(self.root) if x is None else torch.full_like(self.root, x.shape[1])",
+        [WORK, "-k", "only_the_tokens"], engine("minispec.PromptLookupDraft()")),
+    "engine runner: tested tokens counted to the end of the draft (not the first rejection)": (
+        "minispec/engine/runner.py", "tested = min(acc + 1, off)", "tested = off", [WORK, "-k", "counters"],
+        engine(SMALL)),
+    "engine runner: a prompt's first chunk read back through the pool": (
+        "minispec/engine/runner.py", "slice(a, a + n) if start == 0 else None", "None", [WORK, "-k", "first_chunk"],
+        engine(SMALL)),
+    "engine runner: decoding rows attended as one group, padded to the longest": (
+        "minispec/engine/runner.py", "for rows, width in by_length(S, group_cost(self.runner.pool)):",
+        "for rows, width in [(list(range(len(S))), max(S))]:", [WORK, "-k", "first_chunk"], engine(SMALL)),
+    "loop: the target's cache never trimmed to the longest row (each step reads every slot written)": (
+        "minispec/speculative/loop.py", "        t_cache.trim(end.longest)\n", "",
+        ["tests/speculative/test_loop_counters.py", "-k", "longest_row"], speculative(SMALL)),
+    "loop: the policy told every tested token was accepted (its alpha estimate 1)": (
+        "minispec/speculative/loop.py", "policy.observe(end.accepted, end.tested)",
+        "policy.observe(end.accepted, end.accepted)",
+        ["tests/speculative/test_loop_counters.py", "-k", "levels_it_reached"], speculative(SMALL)),
 }
 
 

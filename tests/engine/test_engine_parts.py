@@ -153,8 +153,11 @@ def test_the_policy_is_told_the_decoding_rows_and_their_mean_context():
     for s in (a, b):
         sched.add(s)
     sched.update(sched.schedule(), {a: ([0], [False]), b: ([0], [False])}, 1.0)
-    sched.schedule()
+    plan = sched.schedule()
     assert sched.policy.seen == (2, (3 + 6) / 2)  # each row's KV: its prompt (the first token's is not yet written)
+    sched.update(plan, {a: ([1, 2, 3], [True, True, False]), b: ([4], [False])}, 2.0)
+    sched.schedule()
+    assert sched.policy.seen == (2, (3 + 3 + 6 + 1) / 2)  # and, later, every token the row has but its last
 
 
 def test_a_prompt_longer_than_the_budget_is_prefilled_in_chunks_and_decodes_exactly():

@@ -1,6 +1,7 @@
 """What the loop reports besides tokens: its phase timers, vLLM's per-position acceptance rates, and what a tree's
 policy is told each step. Mutation testing found all three unchecked (a renamed timer, rates always empty, a tree
-step reporting one level too many to the policy)."""
+step reporting one level too many to the policy). And what it reads: the target attends over its longest row, not
+over every slot a step ever wrote (rejected draft tokens' included)."""
 
 import math
 
@@ -8,6 +9,7 @@ from support import nudged_pair
 
 import minispec
 from minispec.roofline.policy import FixedPolicy
+from minispec.speculative import loop
 
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7], [8], [9, 9, 9]]
 
@@ -55,3 +57,20 @@ def test_a_tree_step_tells_its_policy_the_levels_it_reached():
     assert 0 < full < s.num_drafts  # both kinds of step happened
     assert sum(a for a, _ in policy.told) == s.accepted_per_rank[0]
     assert sum(t for _, t in policy.told) == s.accepted_tokens + s.num_drafts - full
+
+
+def test_each_step_attends_over_the_longest_row_not_every_slot_written(monkeypatch):
+    """After each step the target's cache is told the longest row's length (KVCache.trim), so the next step reads
+    about that many slots. Skipped, a step would read every slot written so far, rejected draft tokens' included:
+    the same tokens, more work each step."""
+    target, draft = nudged_pair()
+    seen, step = [], loop.speculative_step
+
+    def checked(target, t_cache, *args, **kw):
+        seen.append((t_cache.bound, int(t_cache.lengths.max())))  # slots the next pass reads; the longest row's KV
+        return step(target, t_cache, *args, **kw)
+
+    monkeypatch.setattr(loop, "speculative_step", checked)
+    out = minispec.speculative_generate(target, draft, [[1, 2, 3], [4, 5, 6, 7]], gamma=4, max_new_tokens=40)
+    assert len(seen) >= 5 and out.stats.accepted_tokens < 4 * out.stats.num_drafts  # rejections happened
+    assert all(bound <= longest + 1 for bound, longest in seen), seen  # + 1: a row's last token, not yet written

@@ -1,0 +1,91 @@
+"""The engine counts what speculative_generate counts and does no more work than its steps need. Each wrong version
+here keeps every token exact, so only counts catch it: a chain drafting past what a step can emit, the tested-token
+counter run to the end of the draft, draft slots fed that nothing proposed, short rows padded to the longest, a
+prompt's first chunk read back from the pool (scripts/hand_mutants.py applies each)."""
+
+import warnings
+
+import pytest
+
+import minispec
+from minispec.engine import Engine, Request
+from minispec.engine import runner as runner_module
+from minispec.engine.attention import PagedStep, group_cost
+from minispec.model.load import sample_text
+
+COUNTERS = ("num_drafts", "draft_tokens", "accepted_tokens", "tested_tokens", "accepted_per_position")
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    target, _ = minispec.load("tiny-code-target")
+    draft, _ = minispec.load("tiny-code-draft")
+    text = sample_text("code")
+    return target, draft, text, [list(text[400 * i: 400 * i + 24 + 13 * i]) for i in range(6)]  # bytes = tokens
+
+
+@pytest.fixture
+def passes(monkeypatch):
+    """Every target pass the engine runs: its attention groups and the number of tokens it reads."""
+    log = []
+
+    class Recorded(PagedStep):
+        def __init__(self, pool, positions, slots, groups, *args, **kw):
+            super().__init__(pool, positions, slots, groups, *args, **kw)
+            log.append((len(slots), groups))
+
+    monkeypatch.setattr(runner_module, "PagedStep", Recorded)
+    return log
+
+
+@pytest.mark.parametrize("max_new", [32, 3])  # 3: a step can emit at most 2 draft tokens, so gamma 4 drafts 2
+@pytest.mark.parametrize("name", ["model", "lookup"])
+def test_the_engines_counters_are_speculative_generates(embedded, name, max_new):
+    """Greedy, gamma 4, rows joining as others finish: drafts, draft tokens, accepted, tested (up to each row's first
+    rejection) and accepted per position are those of speculative_generate over the same prompts, whose greedy rows
+    are each as alone."""
+    target, small, _, prompts = embedded
+    draft = small if name == "model" else minispec.PromptLookupDraft()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # gamma 4 is more than 3 new tokens can use: speculative_generate says so
+        ref = minispec.speculative_generate(target, draft, prompts, gamma=4, max_new_tokens=max_new).stats
+    engine = Engine(target, draft, gamma=4, max_num_seqs=3)
+    engine.run([Request(p, max_new) for p in prompts])
+    got = {k: getattr(engine.stats, k) for k in COUNTERS}
+    assert got == {k: getattr(ref, k) for k in COUNTERS}
+    assert got["tested_tokens"] < got["draft_tokens"] and got["accepted_tokens"] > 0  # rejections happened
+
+
+def test_the_target_reads_only_the_tokens_a_step_verifies(embedded, passes):
+    """Prompt lookup proposes fewer than gamma tokens, or none, where its n-grams match less: a row feeds its last
+    token and what it proposed, nothing more. Over the run the target reads every prompt once (no preemption), one
+    token per decoding row and step, and each draft token proposed."""
+    target, _, _, prompts = embedded
+    engine = Engine(target, minispec.PromptLookupDraft(), gamma=4, max_num_seqs=3)
+    outs = engine.run([Request(p, 32) for p in prompts])
+    s = engine.stats
+    assert s.preemptions == 0 and s.draft_tokens < 4 * s.num_drafts  # some drafts were short
+    assert sum(n for n, _ in passes) == sum(map(len, prompts)) + sum(s.batch_per_step) + s.draft_tokens
+    assert [o.tokens for o in outs] == minispec.generate(target, prompts, 32).tokens
+
+
+def test_a_prompts_first_chunk_attends_to_itself_and_short_rows_are_not_padded_to_long_ones(embedded, passes):
+    """Two rows of about 30 tokens beside one of 460: the step attends them in groups of similar length, so the
+    short rows read about their own slots, not the long row's (:func:`~minispec.engine.attention.by_length`; with
+    this model one more group costs as much as reading group_cost slots, less than the padding it saves). A prompt
+    that starts in this step attends causally to its own keys and reads nothing from the pool."""
+    target, draft, text, _ = embedded
+    prompts = [list(text[100: 130]), list(text[2000: 2460]), list(text[5000: 5025])]
+    engine = Engine(target, draft, gamma=4)
+    outs = engine.run([Request(p, 16) for p in prompts])
+    assert [o.tokens for o in outs] == minispec.generate(target, prompts, 16).tokens
+    assert all(g.fresh is not None for g in passes[0][1])  # the first step: three whole prompts, nothing read
+    assert 460 - 30 > group_cost(engine.runner.pool)  # padding a short row to the long one costs more than a group
+    together = 0
+    for _, groups in passes[1:]:
+        read = [g.read.shape for g in groups if g.fresh is None]  # (R, S) each: R rows read S slots each
+        if sum(R for R, _ in read) == 3:  # the three rows decode together
+            together += 1
+            longest = max(S for _, S in read)  # the long row's: its 460 tokens and the step's
+            assert sum(R * S for R, S in read) <= longest + 2 * 64  # each short row reads at most 64 slots
+    assert together >= 2
