@@ -89,3 +89,20 @@ def test_a_prompts_first_chunk_attends_to_itself_and_short_rows_are_not_padded_t
             longest = max(S for _, S in read)  # the long row's: its 460 tokens and the step's
             assert sum(R * S for R, S in read) <= longest + 2 * 64  # each short row reads at most 64 slots
     assert together >= 2
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])  # greedy q is one-hot; sampled q has every token
+def test_each_pass_reads_the_tokens_its_plan_budgeted_where_drafts_are_cut_to_fit(embedded, passes, temperature):
+    """18 tokens a step and six rows of 1 + 4 on 8-token prompts: the scheduler cuts the fourth row's draft to
+    what is left of the budget (vLLM's rule), and the target reads exactly the step's budgeted tokens, prompt
+    chunks included: a cut draft's tail is neither fed nor verified (its q is zero there). Greedy and sampled: a
+    sampled row's q has every token, so a tail divided by the mask instead of zeroed would read as proposed."""
+    target, small, text, _ = embedded
+    prompts = [list(text[400 * i: 400 * i + 8]) for i in range(6)]
+    engine = Engine(target, small, gamma=4, max_num_batched_tokens=18)
+    outs = engine.run([Request(p, 24, temperature, seed=i) for i, p in enumerate(prompts)])
+    s = engine.stats
+    assert [n for n, _ in passes] == s.tokens_per_step and max(s.tokens_per_step) == 18
+    assert s.draft_tokens < 4 * s.num_drafts  # some drafts were cut (the draft model always proposes 4)
+    if not temperature:
+        assert [o.tokens for o in outs] == minispec.generate(target, prompts, 24).tokens
