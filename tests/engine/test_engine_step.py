@@ -7,6 +7,7 @@ from support import random_model
 
 import minispec
 from minispec.engine import Engine, Request
+from minispec.engine.attention import PagedStep
 from minispec.model.load import sample_text
 from minispec.roofline.policy import FixedPolicy
 
@@ -68,19 +69,32 @@ def test_a_mixed_batch_runs_one_target_pass_per_step(pair, draft_kind):
 
 
 @pytest.mark.parametrize("draft_kind", ["model", "tree", "eagle"])
-def test_every_attention_path_equals_the_gather(pair, draft_kind):
+def test_every_attention_path_equals_the_gather(pair, draft_kind, monkeypatch):
     """FlexAttention through the block tables against the reference gather, on steps with prefill chunks, decoding
     rows and draft tokens (chains and trees): the same tokens and acceptance, logits within float tolerance."""
     pytest.importorskip("torch.nn.attention.flex_attention")
     target, draft, prompts = pair
     d = {"model": draft, "tree": minispec.TreeDraft(draft, budget=6, depth=3),
          "eagle": minispec.EagleDraft.from_pretrained("tiny-code-eagle", target)}[draft_kind]
-    runs = {}
+    runs, reads = {}, []
+
+    def counted(path):  # each path's reads counted: the engine's option must reach the step
+        read = getattr(PagedStep, path)
+
+        def counting(self, *args):
+            reads.append(path)
+            return read(self, *args)
+        return counting
+
+    for path in ("_gather", "_flex"):
+        monkeypatch.setattr(PagedStep, path, counted(path))
     for attention in ("gather", "flex"):
         engine = Engine(target, d, gamma=3, num_blocks=48, max_num_batched_tokens=32, attention=attention)
         with Passes(target) as passes:
             outs = engine.run([Request(p, 12, arrival_s=0.002 * i) for i, p in enumerate(prompts[:4])])
         runs[attention] = outs, engine.stats, passes.logits
+        assert set(reads) == {"_" + attention}, set(reads)  # this path, and only it, read the pool
+        reads.clear()
     (g_out, g_stats, g_logits), (f_out, f_stats, f_logits) = runs["gather"], runs["flex"]
     assert [o.tokens for o in f_out] == [o.tokens for o in g_out]
     assert f_stats.accepted_per_position == g_stats.accepted_per_position and sum(g_stats.accepted_per_position)

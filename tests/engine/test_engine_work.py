@@ -106,3 +106,17 @@ def test_each_pass_reads_the_tokens_its_plan_budgeted_where_drafts_are_cut_to_fi
     assert s.draft_tokens < 4 * s.num_drafts  # some drafts were cut (the draft model always proposes 4)
     if not temperature:
         assert [o.tokens for o in outs] == minispec.generate(target, prompts, 24).tokens
+
+
+def test_the_engines_acceptance_counts_stop_at_an_eos(embedded):
+    """EOS a space: every request stops there, some on a draft token the target accepted, some on the target's own
+    token after the accepted ones. The engine counts accepted draft tokens up to the EOS (an accepted EOS included,
+    the target's own not): exactly the outputs' accepted flags. (speculative_generate counts every draft token a
+    step accepted, past an EOS too.)"""
+    target, small, _, prompts = embedded
+    engine = Engine(target, small, gamma=4, max_num_seqs=3)
+    outs = engine.run([Request(p, 32, eos_token_id=32) for p in prompts])
+    assert all(o.finish_reason == "stop" for o in outs)
+    assert {o.accepted[-1] for o in outs} == {True, False}  # both kinds of EOS
+    assert engine.stats.accepted_tokens == sum(o.num_accepted for o in outs) > 0
+    assert engine.stats.tested_tokens < engine.stats.draft_tokens
