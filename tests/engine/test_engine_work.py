@@ -1,7 +1,8 @@
 """The engine counts what speculative_generate counts and does no more work than its steps need. Each wrong version
 here keeps every token exact, so only counts catch it: a chain drafting past what a step can emit, the tested-token
 counter run to the end of the draft, draft slots fed that nothing proposed, short rows padded to the longest, a
-prompt's first chunk read back from the pool (scripts/hand_mutants.py applies each)."""
+prompt's first chunk read back from the pool (scripts/hand_mutants.py applies each); and, from mutation testing, a
+cut draft's tail fed, a step's drafts not summed, the target's own EOS counted as an accepted draft token."""
 
 import warnings
 
