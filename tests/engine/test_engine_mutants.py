@@ -19,15 +19,6 @@ import minispec
 from minispec.drafts.base import DraftRun
 from minispec.engine import Engine, Request
 from minispec.engine.scheduler import Scheduler
-from minispec.model.load import sample_text
-
-
-@pytest.fixture(scope="module")
-def embedded():
-    target, _ = minispec.load("tiny-code-target")
-    draft, _ = minispec.load("tiny-code-draft")
-    text = sample_text("code")
-    return target, draft, [list(text[400 * i: 400 * i + 24 + 13 * i]) for i in range(6)]  # bytes = tokens
 
 
 @pytest.fixture
@@ -63,11 +54,11 @@ def steps(monkeypatch):
     return log
 
 
-def test_after_every_step_each_row_holds_the_blocks_its_kept_tokens_need(embedded, steps):
+def test_after_every_step_each_row_holds_the_blocks_its_kept_tokens_need(code_pair, steps):
     """Blocks of 4 slots and 4 lookahead slots a row: a row that rejects drafts hands back every block holding only
     rejected tokens' slots at once, not when it finishes. A run that never rejected across a block would prove
     nothing, so the test also asserts that lookahead blocks were handed back."""
-    target, draft, prompts = embedded
+    target, draft, prompts = code_pair
     engine = Engine(target, draft, gamma=4, block_size=4, num_blocks=200)
     outs = engine.run([Request(p, 32) for p in prompts])
     assert all(o.finish_reason == "length" for o in outs) and engine.stats.draft_tokens > engine.stats.accepted_tokens
@@ -78,10 +69,10 @@ def test_after_every_step_each_row_holds_the_blocks_its_kept_tokens_need(embedde
     assert sum(s["handed_back"] for s in steps) >= 5  # the scenario happened: lookahead blocks went back mid-run
 
 
-def test_no_request_is_admitted_in_a_step_that_preempted(embedded, steps):
+def test_no_request_is_admitted_in_a_step_that_preempted(code_pair, steps):
     """14 blocks of 16 slots hold about three of these requests: the youngest are preempted. In such a step nothing
     waiting is admitted, not even the request just preempted (it would be recomputed at once)."""
-    target, draft, prompts = embedded
+    target, draft, prompts = code_pair
     mixed = [Request(p, 40, seed=i, temperature=0.0 if i % 2 else 1.0) for i, p in enumerate(prompts)]
     engine = Engine(target, draft, gamma=4, num_blocks=14)
     outs = engine.run(mixed)
@@ -112,13 +103,13 @@ def proposals(monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["eagle", "model"])
-def test_a_drafts_proposals_in_the_engine_are_its_proposals_alone(embedded, proposals, name):
+def test_a_drafts_proposals_in_the_engine_are_its_proposals_alone(code_pair, proposals, name):
     """Greedy, gamma 4, rows that join a batch already decoding: for every row and step, the draft proposes in the
     engine what it proposes for the same row's tokens in speculative_generate: its state kept in the engine's blocks
     (an EAGLE head's features at the right positions, a draft model's KV), each row's lag its own. A head that reads
     its features one position off, or a draft model that skips a token it has not read, still gives exact tokens,
     with other proposals."""
-    target, small, prompts = embedded
+    target, small, prompts = code_pair
     draft = minispec.EagleDraft.from_pretrained("tiny-code-eagle", target) if name == "eagle" else small
     minispec.speculative_generate(target, draft, prompts, gamma=4, max_new_tokens=32)
     alone = dict(proposals)

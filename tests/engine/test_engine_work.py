@@ -17,14 +17,6 @@ from minispec.model.load import sample_text
 COUNTERS = ("num_drafts", "draft_tokens", "accepted_tokens", "tested_tokens", "accepted_per_position")
 
 
-@pytest.fixture(scope="module")
-def embedded():
-    target, _ = minispec.load("tiny-code-target")
-    draft, _ = minispec.load("tiny-code-draft")
-    text = sample_text("code")
-    return target, draft, text, [list(text[400 * i: 400 * i + 24 + 13 * i]) for i in range(6)]  # bytes = tokens
-
-
 @pytest.fixture
 def passes(monkeypatch):
     """Every target pass the engine runs: its attention groups and the number of tokens it reads."""
@@ -41,11 +33,11 @@ def passes(monkeypatch):
 
 @pytest.mark.parametrize("max_new", [32, 3])  # 3: a step can emit at most 2 draft tokens, so gamma 4 drafts 2
 @pytest.mark.parametrize("name", ["model", "lookup"])
-def test_the_engines_counters_are_speculative_generates(embedded, name, max_new):
+def test_the_engines_counters_are_speculative_generates(code_pair, name, max_new):
     """Greedy, gamma 4, rows joining as others finish: drafts, draft tokens, accepted, tested (up to each row's first
     rejection) and accepted per position are those of speculative_generate over the same prompts, whose greedy rows
     are each as alone."""
-    target, small, _, prompts = embedded
+    target, small, prompts = code_pair
     draft = small if name == "model" else minispec.PromptLookupDraft()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # gamma 4 is more than 3 new tokens can use: speculative_generate says so
@@ -57,11 +49,11 @@ def test_the_engines_counters_are_speculative_generates(embedded, name, max_new)
     assert got["tested_tokens"] < got["draft_tokens"] and got["accepted_tokens"] > 0  # rejections happened
 
 
-def test_the_target_reads_only_the_tokens_a_step_verifies(embedded, passes):
+def test_the_target_reads_only_the_tokens_a_step_verifies(code_pair, passes):
     """Prompt lookup proposes fewer than gamma tokens, or none, where its n-grams match less: a row feeds its last
     token and what it proposed, nothing more. Over the run the target reads every prompt once (no preemption), one
     token per decoding row and step, and each draft token proposed."""
-    target, _, _, prompts = embedded
+    target, _, prompts = code_pair
     engine = Engine(target, minispec.PromptLookupDraft(), gamma=4, max_num_seqs=3)
     outs = engine.run([Request(p, 32) for p in prompts])
     s = engine.stats
@@ -70,12 +62,13 @@ def test_the_target_reads_only_the_tokens_a_step_verifies(embedded, passes):
     assert [o.tokens for o in outs] == minispec.generate(target, prompts, 32).tokens
 
 
-def test_a_prompts_first_chunk_attends_to_itself_and_short_rows_are_not_padded_to_long_ones(embedded, passes):
+def test_a_prompts_first_chunk_attends_to_itself_and_short_rows_are_not_padded_to_long_ones(code_pair, passes):
     """Two rows of about 30 tokens beside one of 460: the step attends them in groups of similar length, so the
     short rows read about their own slots, not the long row's (:func:`~minispec.engine.attention.by_length`; with
     this model one more group costs as much as reading group_cost slots, less than the padding it saves). A prompt
     that starts in this step attends causally to its own keys and reads nothing from the pool."""
-    target, draft, text, _ = embedded
+    target, draft, _ = code_pair
+    text = sample_text("code")
     prompts = [list(text[100: 130]), list(text[2000: 2460]), list(text[5000: 5025])]
     engine = Engine(target, draft, gamma=4)
     outs = engine.run([Request(p, 16) for p in prompts])
@@ -93,12 +86,13 @@ def test_a_prompts_first_chunk_attends_to_itself_and_short_rows_are_not_padded_t
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])  # greedy q is one-hot; sampled q has every token
-def test_each_pass_reads_the_tokens_its_plan_budgeted_where_drafts_are_cut_to_fit(embedded, passes, temperature):
+def test_each_pass_reads_the_tokens_its_plan_budgeted_where_drafts_are_cut_to_fit(code_pair, passes, temperature):
     """18 tokens a step and six rows of 1 + 4 on 8-token prompts: the scheduler cuts the fourth row's draft to
     what is left of the budget (vLLM's rule), and the target reads exactly the step's budgeted tokens, prompt
     chunks included: a cut draft's tail is neither fed nor verified (its q is zero there). Greedy and sampled: a
     sampled row's q has every token, so a tail divided by the mask instead of zeroed would read as proposed."""
-    target, small, text, _ = embedded
+    target, small, _ = code_pair
+    text = sample_text("code")
     prompts = [list(text[400 * i: 400 * i + 8]) for i in range(6)]
     engine = Engine(target, small, gamma=4, max_num_batched_tokens=18)
     outs = engine.run([Request(p, 24, temperature, seed=i) for i, p in enumerate(prompts)])
@@ -109,12 +103,12 @@ def test_each_pass_reads_the_tokens_its_plan_budgeted_where_drafts_are_cut_to_fi
         assert [o.tokens for o in outs] == minispec.generate(target, prompts, 24).tokens
 
 
-def test_the_engines_acceptance_counts_stop_at_an_eos(embedded):
+def test_the_engines_acceptance_counts_stop_at_an_eos(code_pair):
     """EOS a space: every request stops there, some on a draft token the target accepted, some on the target's own
     token after the accepted ones. The engine counts accepted draft tokens up to the EOS (an accepted EOS included,
     the target's own not): exactly the outputs' accepted flags. (speculative_generate counts every draft token a
     step accepted, past an EOS too.)"""
-    target, small, _, prompts = embedded
+    target, small, prompts = code_pair
     engine = Engine(target, small, gamma=4, max_num_seqs=3)
     outs = engine.run([Request(p, 32, eos_token_id=32) for p in prompts])
     assert all(o.finish_reason == "stop" for o in outs)
