@@ -21,14 +21,18 @@ import minispec
 from minispec.model.load import sample_text
 from minispec.tools.serve_bench import LoadConfig, serve_bench
 
+SETTINGS = ("plain", "gamma 4", "auto", "vLLM table", "EAGLE gamma 4", "EAGLE-3 gamma 4", "prompt lookup", "suffix")
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rates", default="1,4,8,16,32,64")
     p.add_argument("--out", default="results/cpu/engine_load")
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--settings", default="plain,gamma 4,auto,vLLM table,EAGLE gamma 4,EAGLE-3 gamma 4",
-                   help="comma-separated; also: prompt lookup, suffix")
+    p.add_argument("--settings", default=",".join(SETTINGS[:6]), help="comma-separated, of: " + ", ".join(SETTINGS))
     args = p.parse_args()
+    chosen = args.settings.split(",")
+    if unknown := [c for c in chosen if c not in SETTINGS]:  # before any model loads
+        p.error(f"unknown settings {unknown}: choose from {list(SETTINGS)}")
     torch.set_num_threads(args.threads)
     target, _ = minispec.load("tiny-code-target")
     draft, _ = minispec.load("tiny-code-draft")
@@ -42,8 +46,6 @@ if __name__ == "__main__":
                 "EAGLE-3 gamma 4": dict(draft=eagle3, gamma=4),
                 "prompt lookup": dict(draft=minispec.PromptLookupDraft(), gamma=8),
                 "suffix": dict(draft=minispec.SuffixDraft(), gamma=8)}
-    chosen = args.settings.split(",")
-    if unknown := [c for c in chosen if c not in settings]:
-        raise SystemExit(f"unknown settings {unknown}: choose from {list(settings)}")
+    assert list(settings) == list(SETTINGS)
     serve_bench(target, {c: settings[c] for c in chosen}, cfg, text, args.out)
     print(open(args.out + ".txt").read())
