@@ -18,6 +18,12 @@ import pytest
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache per LLM (its default takes far more)
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+# vLLM's n-gram proposer runs numba, whose default threading layer here is OpenMP, the runtime torch and vLLM's
+# kernels use: after each proposal it restores numba's thread count (2 on two cores), which resets the process's
+# OpenMP threads after vLLM's worker set them to 1. With the engine in this process, the next LLM built here on the
+# embedded target then decoded wrong tokens (61, 61, 61, ... for 49, 41, 32, ...; seen on an AVX2 machine; a plain
+# LLM too). One numba thread, as vLLM's proposer asks for on a 2-core machine anyway, leaves OpenMP alone.
+os.environ.setdefault("NUMBA_NUM_THREADS", "1")
 if os.environ.get("MINISPEC_VLLM_SPAWN") != "1":
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
 
