@@ -13,6 +13,12 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n 2: one thread per worker,
     torch.set_num_threads(1)
 
 
+def pytest_collection_modifyitems(config, items):
+    """The tests marked slow first, in their order, then the rest: with a worker per core (-n auto) a long test
+    collected last (the lesson solutions are in tests/tools) ran alone for minutes after the other worker was done."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(scope="session")
 def pair():
     """A random target and a smaller random draft sharing a 64-token vocabulary."""

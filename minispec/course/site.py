@@ -25,6 +25,7 @@ import os
 import re
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 LESSON_GLOB = "[0-9][0-9]_*.ipynb"  # lessons/00_quickstart.ipynb ...; solutions/ and checkpoints are not lessons
@@ -97,13 +98,14 @@ def kernel_manager_class():
     return IPCKernelManager
 
 
-def build(out_dir="site", lessons_dir=None, timeout=300, execute=True) -> list[Path]:
+def build(out_dir="site", lessons_dir=None, timeout=300, execute=True, jobs=1) -> list[Path]:
     """Execute every lesson (unless ``execute`` is False) and write the site to ``out_dir``; return its pages.
 
     ``lessons_dir``: the folder of ``NN_*.ipynb`` (None: the ``lessons`` folder of this checkout). ``timeout``:
-    seconds one cell may run. Raises :class:`LessonError` after running every lesson if any cell failed,
-    naming each failing notebook and cell; the index is then not written. Returns the pages written, the
-    index first.
+    seconds one cell may run. ``jobs``: lessons run at once, each kernel on one OpenMP thread when more than one
+    (CI runs two on its two cores; a lesson's seconds are then its share of a busy machine). Raises
+    :class:`LessonError` after running every lesson if any cell failed, naming each failing notebook and cell;
+    the index is then not written. Returns the pages written, the index first.
     """
     lessons_dir = Path(lessons_dir) if lessons_dir is not None else Path(__file__).resolve().parents[2] / "lessons"
     out = Path(out_dir)
@@ -112,6 +114,8 @@ def build(out_dir="site", lessons_dir=None, timeout=300, execute=True) -> list[P
         raise ValueError(f"no lessons ({LESSON_GLOB}) in {lessons_dir}: pass lessons_dir, the folder that holds them")
     if not (isinstance(timeout, (int, float)) and timeout > 0):
         raise ValueError(f"timeout must be a positive number of seconds per cell, got {timeout!r}")
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"jobs must be a whole number of lessons run at once, 1 or more, got {jobs!r}")
     if out.exists() and not out.is_dir():
         raise ValueError(f"out_dir {out} exists and is not a folder")
     if out.resolve() == lessons_dir.resolve():
@@ -124,19 +128,26 @@ def build(out_dir="site", lessons_dir=None, timeout=300, execute=True) -> list[P
     markdown = {stem: lessons_dir / name for stem, (name, _) in PAGES.items() if (lessons_dir / name).is_file()}
     order = [nb.stem for nb in notebooks] + list(markdown)
     titles, seconds, failures, pages = {}, {}, [], []
-    for nb_path in notebooks:
+    env = {"OMP_NUM_THREADS": "1"} if jobs > 1 else {}
+
+    def run(nb_path):
         start = time.perf_counter()
         try:
-            nb = _execute(nb_path, timeout) if execute else _read(nb_path)
+            nb = _execute(nb_path, timeout, env) if execute else _read(nb_path)
         except LessonError as e:
-            failures.append(str(e))
             print(f"FAILED {nb_path.name} after {time.perf_counter() - start:.1f} s", flush=True)
-            continue
-        seconds[nb_path.stem] = time.perf_counter() - start
-        titles[nb_path.stem] = _title(nb, nb_path.stem)
+            return e, None
         if execute:
-            print(f"ran {nb_path.name} in {seconds[nb_path.stem]:.1f} s", flush=True)
-        pages.append((nb_path.stem, nb))
+            print(f"ran {nb_path.name} in {time.perf_counter() - start:.1f} s", flush=True)
+        return nb, time.perf_counter() - start
+
+    with ThreadPoolExecutor(jobs) as pool:  # each lesson's kernel is a process of its own; the threads wait on them
+        for nb_path, (nb, took) in zip(notebooks, pool.map(run, notebooks)):
+            if isinstance(nb, LessonError):
+                failures.append(str(nb))
+                continue
+            seconds[nb_path.stem], titles[nb_path.stem] = took, _title(nb, nb_path.stem)
+            pages.append((nb_path.stem, nb))
     if failures:
         raise LessonError(f"{len(failures)} of {len(notebooks)} lessons failed:\n\n" + "\n\n".join(failures))
 
@@ -183,7 +194,7 @@ def _read(path: Path):
     return nbformat.read(path, as_version=4)
 
 
-def _execute(path: Path, timeout: float):
+def _execute(path: Path, timeout: float, env: dict | None = None):
     """The notebook at ``path`` with its outputs, run top to bottom in a fresh kernel in its own folder."""
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError, DeadKernelError
@@ -194,7 +205,7 @@ def _execute(path: Path, timeout: float):
                             resources={"metadata": {"path": str(path.parent.resolve())}},
                             on_cell_start=lambda cell, cell_index: running.update(index=cell_index))
     try:
-        client.execute(env={**os.environ, **KERNEL_ENV})
+        client.execute(env={**os.environ, **KERNEL_ENV, **(env or {})})
     except (CellExecutionError, CellTimeoutError, DeadKernelError) as e:
         i = running.get("index", 0)
         first = nb.cells[i].source.strip().splitlines()[:1] if nb.cells else []
@@ -351,11 +362,12 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default="site", help="folder to write the site to (default: site)")
     parser.add_argument("--lessons", default=None, help="folder of the lesson notebooks (default: this checkout's)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds one cell may run (default: 300)")
+    parser.add_argument("--jobs", type=int, default=1, help="lessons run at once (default: 1)")
     parser.add_argument("--no-execute", action="store_true", help="render the notebooks as they are, without running")
     args = parser.parse_args(argv)
     start = time.perf_counter()
     try:
-        pages = build(args.out, args.lessons, args.timeout, execute=not args.no_execute)
+        pages = build(args.out, args.lessons, args.timeout, execute=not args.no_execute, jobs=args.jobs)
     except LessonError as e:
         print(f"\n{e}", file=sys.stderr)
         return 1

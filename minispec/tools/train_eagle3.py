@@ -29,7 +29,7 @@ import torch
 from minispec.drafts.eagle3 import Eagle3Config, Eagle3Model, save_head
 from minispec.model.config import config_from_hf
 from minispec.model.load import EMBEDDED, load, resolve
-from minispec.tools.train_eagle import EVAL_POSITIONS, _eagle_corpus, unroll
+from minispec.tools.train_eagle import EVAL_POSITIONS, _eagle_corpus, native_bf16, unroll
 
 PROBE_STEPS = 5  # steps timed before the rest of a time budget is first planned (then again at each evaluation)
 
@@ -46,7 +46,8 @@ class Eagle3TrainConfig:
     warmup: int = 20  # steps
     eval_every: int = 50  # steps between held-out evaluations
     scaled_init: bool = True  # fc's blocks divided by their layers' rms at the start (False: as they are)
-    autocast: str | None = "bfloat16"  # CPU autocast for the target's pass and the head (None: float32 throughout)
+    autocast: str | None = "auto"  # CPU autocast for the target's pass and the head (None: float32 throughout;
+    # auto: bfloat16 where the CPU computes it natively, train_eagle.native_bf16, else None)
     save_dtype: str = "float32"  # the checkpoint's weights (loading casts them to the target's dtype)
     seed: int = 0
 
@@ -74,6 +75,10 @@ def train_eagle3(target_name: str, out_dir: str | Path, minutes: float = 10.0, *
     the same seed and threads). ``threads``: torch's intra-op threads for the run (1: on 2 shared cores, two
     threads fight)."""
     cfg = config or Eagle3TrainConfig()
+    if cfg.autocast not in (None, "auto", "bfloat16", "float16"):
+        raise ValueError(f"autocast must be None, 'auto', 'bfloat16' or 'float16', got {cfg.autocast!r}")
+    if cfg.autocast == "auto":  # resolved here, so that the training record says which ran
+        cfg = dataclasses.replace(cfg, autocast="bfloat16" if native_bf16() else None)
     if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not minutes > 0:
         raise ValueError(f"minutes must be a number > 0, got {minutes!r}")
     for name, v in (("steps", steps), ("threads", threads), ("ttt", cfg.ttt), ("batch_size", cfg.batch_size)):

@@ -137,7 +137,8 @@ def small_site(tmp_path_factory):
                           "Next: [lesson 01](01_second.ipynb); later: [lesson 07](07_not_written.ipynb)."),
              ("code", "print(sum(range(10)))"), ("code", FIGURE.format("first")))
     notebook(src / "01_second.ipynb", ("markdown", "# 01 · Second\n\nExercises: `solutions/00_first.py`."),
-             ("code", FIGURE.format("second")), ("code", "from pathlib import Path\nprint(Path.cwd().name)"))
+             ("code", FIGURE.format("second")), ("code", "from pathlib import Path\nprint(Path.cwd().name)"),
+             ("code", "import os\nprint('threads', os.environ.get('OMP_NUM_THREADS'))"))
     (src / "solutions").mkdir()
     (src / "solutions" / "00_first.py").write_text("print('a worked solution')\n")
     (src / "cheat_sheet.md").write_text("# Cheat sheet\n\n| what | formula |\n| --- | --- |\n| tokens per step | "
@@ -145,7 +146,7 @@ def small_site(tmp_path_factory):
                                         "[drill](interview_drill.md); derived in [lesson 00](00_first.ipynb).\n")
     (src / "interview_drill.md").write_text("# Drill\n\n### 1. Why?\n\n<details><summary>Answer</summary>\n\n"
                                             "Because, see [lesson 00](00_first.ipynb).\n\n</details>\n")
-    return build(site, src, timeout=120), site, src
+    return build(site, src, timeout=120, jobs=2), site, src  # two lessons at once, as CI builds it
 
 
 def test_build_writes_an_index_the_lessons_in_order_the_cheat_sheet_the_drill_and_the_solutions(small_site):
@@ -155,6 +156,7 @@ def test_build_writes_an_index_the_lessons_in_order_the_cheat_sheet_the_drill_an
         "solutions/00_first.html"]
     first, second = (site / "00_first.html").read_text(), (site / "01_second.html").read_text()
     assert "45" in first and f"<pre>{src.name}\n" in second  # executed, in the lessons folder
+    assert "threads 1" in second  # run two at once, each kernel on one OpenMP thread
     assert 'href="01_second.html"' in first and 'href="00_first.html"' in second  # previous / next
     assert 'href="cheat_sheet.html"' in second and 'href="index.html"' in first  # the last lesson's next page
     assert 'href="interview_drill.html"' in (site / "cheat_sheet.html").read_text()
@@ -211,7 +213,7 @@ def test_a_failing_cell_names_its_notebook_and_cell_after_every_lesson_ran(tmp_p
     notebook(src / "01_broken.ipynb", ("markdown", "# broken"), ("code", "x = 1"), ("code", "1 / 0  # oops"))
     notebook(src / "02_also_broken.ipynb", ("code", "assert False, 'pinned number moved'"))
     with pytest.raises(LessonError) as e:
-        build(tmp_path / "site", src, timeout=60)
+        build(tmp_path / "site", src, timeout=60, jobs=2)
     msg = str(e.value)
     assert msg.startswith("2 of 3 lessons failed")
     assert "01_broken.ipynb, cell 3 of 3 ('1 / 0  # oops') raised ZeroDivisionError" in msg
@@ -225,6 +227,9 @@ def test_bad_input_is_refused_before_any_work(tmp_path):
     notebook(tmp_path / "00_x.ipynb", ("code", "while True: pass"))
     with pytest.raises(ValueError, match="timeout"):
         build(tmp_path / "site", tmp_path, timeout=0)
+    for jobs in (0, 1.5, True):
+        with pytest.raises(ValueError, match="jobs"):
+            build(tmp_path / "site", tmp_path, jobs=jobs)
     (tmp_path / "file").write_text("")
     with pytest.raises(ValueError, match="not a folder"):
         build(tmp_path / "file", tmp_path)

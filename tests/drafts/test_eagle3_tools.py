@@ -82,6 +82,7 @@ def test_train_eagle3_names_what_it_takes(tmp_path, capsys):
     (dict(config_kw=dict(ttt=0)), "ttt must be"), (dict(config_kw=dict(decay=0.0)), "decay must be"),
     (dict(config_kw=dict(features=(4, 2))), "features must be"), (dict(config_kw=dict(draft_vocab=300)),
                                                                   "draft_vocab must be"),
+    (dict(config_kw=dict(autocast="bf16")), "autocast must be"),
 ])
 def test_bad_training_arguments_are_named_before_any_work(tmp_path, kw, message, monkeypatch):
     from minispec.tools import train_eagle3
@@ -98,6 +99,23 @@ def test_the_draft_vocabulary_is_the_most_frequent_tokens_in_id_order():
     tokens = torch.tensor([5, 5, 5, 9, 9, 1, 7, 7, 7, 7, 3])
     assert draft_vocabulary(tokens, 10, 3).tolist() == [5, 7, 9]
     assert draft_vocabulary(tokens, 10, 4).tolist() == [1, 5, 7, 9]  # 1 and 3 tie once: the lower id
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_autocast_is_bfloat16_only_where_the_cpu_computes_it(tmp_path, monkeypatch, native):
+    """Emulated bfloat16 made training 8x slower on an AVX2 CPU: "auto" (the default) takes it only where native, and
+    the record says which ran, as does the autocast the step saw."""
+    from minispec.tools import train_eagle3
+
+    seen = []
+    real = torch.autocast
+    monkeypatch.setattr(train_eagle3, "native_bf16", lambda: native)
+    monkeypatch.setattr(train_eagle3.torch, "autocast",
+                        lambda *a, **k: seen.append((k["dtype"], k["enabled"])) or real(*a, **k))
+    cfg = train_eagle3.Eagle3TrainConfig(draft_vocab=96, ttt=2, seq_len=16, batch_size=1, eval_every=5)
+    rec = train_eagle3.train_eagle3("tiny-code-target", tmp_path, steps=1, config=cfg, progress=False)
+    assert rec["train_config"]["autocast"] == ("bfloat16" if native else None)
+    assert seen and (set(seen) == {(torch.bfloat16, True)} if native else not any(on for _, on in seen))
 
 
 @pytest.mark.slow
