@@ -92,6 +92,10 @@ class Draft:
         """A request finished with ``output`` after ``prompt``. A draft that learns across requests keeps them
         (:class:`~minispec.drafts.suffix.SuffixDraft`); the engine calls this for every request that finishes."""
 
+    def reset(self) -> None:
+        """Forget every request :meth:`observe` kept, as if none had finished (a benchmark serving the same requests
+        again starts here). Nothing to forget for a draft that keeps none."""
+
     def width(self, gamma: int) -> int:
         """The most slots one step writes past a row's tokens in the target's or the draft's cache, less the
         root's: gamma for a chain (the caches keep that many slots spare, plus one)."""

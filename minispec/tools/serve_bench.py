@@ -189,8 +189,8 @@ def measure(target, settings: dict[str, dict], cfg: LoadConfig, text: list[int],
     for rate in cfg.rates:
         reqs, _ = traffic(rate, cfg, text)
         for name, engine in engines.items():
-            if hasattr(engine.draft, "reset"):  # suffix decoding's global tree: every rate serves the same prompts,
-                engine.draft.reset()  # so each starts empty, not holding these requests' outputs from the rate before
+            if engine.draft is not None:  # suffix decoding's global tree: every rate serves the same prompts, so
+                engine.draft.reset()  # each starts empty, not holding these requests' outputs from the rate before
             load0, t0 = os.getloadavg()[0], time.perf_counter()
             row = {"setting": name, "rate": rate} | summarise(engine.run(reqs), engine, cfg)
             # each step: decoding rows, gamma, prompt tokens prefilled (none without a prefilling row; else the
