@@ -9,11 +9,11 @@
   through ``speculative_generate`` and through the ``Engine``.
 
 Arctic Inference 0.3.0 is an sdist only on this platform (a C++20 nanobind extension built with CMake; its build
-requires torch, which an isolated pip build takes from the index, the CUDA build on Linux). Build it without
-isolation in a throwaway environment that has the CPU torch, nanobind 2.9.2, cmake, ninja and grpcio-tools, with
-``CMAKE_ARGS="-DPython_EXECUTABLE=$(which python) -Dnanobind_DIR=$(python -m nanobind --cmake_dir)" pip wheel
---no-build-isolation --no-deps arctic-inference``, then ``pip install --no-deps`` the wheel into .venv-vllm
-(docs/SUFFIX.md). Skipped, saying why, where vLLM or arctic_inference is missing.
+requires torch, which an isolated pip build takes from the index, the CUDA build on Linux). scripts/vllm_env.sh
+builds it without isolation in a throwaway environment that has the CPU torch, nanobind 2.9.2, cmake, ninja and
+grpcio-tools (``CMAKE_ARGS="-DPython_EXECUTABLE=$(which python) -Dnanobind_DIR=$(python -m nanobind --cmake_dir)"
+pip wheel --no-build-isolation --no-deps arctic-inference``) and installs the wheel into .venv-vllm. Skipped, saying
+why, where vLLM or arctic_inference is missing.
 """
 
 import importlib.util
@@ -33,7 +33,7 @@ NEW, K = 48, 8
 @pytest.fixture(scope="module")
 def arctic():
     if importlib.util.find_spec("arctic_inference") is None:
-        pytest.skip("arctic_inference is not installed (vLLM's suffix method needs it): see this file's docstring")
+        pytest.skip("arctic_inference is not installed (vLLM's suffix method needs it; scripts/vllm_env.sh builds it)")
     from arctic_inference.suffix_decoding import SuffixDecodingCache
 
     return SuffixDecodingCache
