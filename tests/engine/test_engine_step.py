@@ -207,3 +207,18 @@ def test_rows_split_by_length_give_the_tokens_and_logits_of_one_group(pair, draf
     assert many_stats.accepted_per_position == one_stats.accepted_per_position
     for a, b in zip(one_logits, many_logits):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("attention", ["gather", "flex"])
+def test_a_sliding_window_layer_reads_only_its_window(attention):
+    """A random Llama whose first layer attends to its last 4 tokens only, the second to all of them, prompts of 9-30
+    tokens (longer than the window; the first chunks of the longer ones cut by a 16-token budget), decoding with a
+    draft: the engine's tokens are plain greedy decoding's, which reads the window (a read that ignored it changed
+    them)."""
+    target = random_model(seed=5, logit_scale=4.0, sliding_window=(4, None))
+    draft = random_model(seed=5, logit_scale=4.0, sliding_window=(4, None), layers=1)
+    prompts = [[(7 * i + 3 * j) % 64 for j in range(9 + 7 * i)] for i in range(4)]
+    engine = Engine(target, draft, gamma=3, block_size=4, num_blocks=96, max_num_batched_tokens=16,
+                    attention=attention)
+    outs = engine.run([Request(p, 16) for p in prompts])
+    assert [o.tokens for o in outs] == minispec.generate(target, prompts, 16).tokens
