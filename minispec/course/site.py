@@ -137,9 +137,10 @@ def build(out_dir="site", lessons_dir=None, timeout=300, execute=True, jobs=1) -
         except LessonError as e:
             print(f"FAILED {nb_path.name} after {time.perf_counter() - start:.1f} s", flush=True)
             return e, None
+        took = time.perf_counter() - start
         if execute:
-            print(f"ran {nb_path.name} in {time.perf_counter() - start:.1f} s", flush=True)
-        return nb, time.perf_counter() - start
+            print(f"ran {nb_path.name} in {took:.1f} s", flush=True)
+        return nb, took
 
     with ThreadPoolExecutor(jobs) as pool:  # each lesson's kernel is a process of its own; the threads wait on them
         for nb_path, (nb, took) in zip(notebooks, pool.map(run, notebooks)):

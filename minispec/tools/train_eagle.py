@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from minispec.model.config import config_from_hf
-from minispec.model.llama import Model
+from minispec.model.llama import Model, native_bf16
 from minispec.model.load import EMBEDDED, load, resolve, sample_text
 from minispec.tools.train import code_files
 
@@ -57,13 +57,6 @@ class EagleTrainConfig:
     reg: float = 1.0  # weight of the regression of the head's hidden state onto the target's next one (EAGLE-1)
     seed: int = 0
     eval_every: int = 25  # steps between held-out evaluations
-
-
-def native_bf16() -> bool:
-    """Whether this CPU computes bfloat16 products natively (AVX-512 BF16, AMX: what oneDNN asks for). Without it
-    bfloat16 is emulated: on this project's AVX2 machines a 10-step EAGLE-3 training run took 20 s under bfloat16
-    autocast and 2.4 s in float32, so the trainers autocast to bfloat16 only where it is native."""
-    return torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 class _Keys:

@@ -28,8 +28,9 @@ import torch
 
 from minispec.drafts.eagle3 import Eagle3Config, Eagle3Model, save_head
 from minispec.model.config import config_from_hf
+from minispec.model.llama import native_bf16
 from minispec.model.load import EMBEDDED, load, resolve
-from minispec.tools.train_eagle import EVAL_POSITIONS, _eagle_corpus, native_bf16, unroll
+from minispec.tools.train_eagle import EVAL_POSITIONS, _eagle_corpus, unroll
 
 PROBE_STEPS = 5  # steps timed before the rest of a time budget is first planned (then again at each evaluation)
 
@@ -47,7 +48,7 @@ class Eagle3TrainConfig:
     eval_every: int = 50  # steps between held-out evaluations
     scaled_init: bool = True  # fc's blocks divided by their layers' rms at the start (False: as they are)
     autocast: str | None = "auto"  # CPU autocast for the target's pass and the head (None: float32 throughout;
-    # auto: bfloat16 where the CPU computes it natively, train_eagle.native_bf16, else None)
+    # auto: bfloat16 where the CPU computes it natively, model.llama.native_bf16, else None)
     save_dtype: str = "float32"  # the checkpoint's weights (loading casts them to the target's dtype)
     seed: int = 0
 

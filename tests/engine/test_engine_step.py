@@ -13,9 +13,9 @@ from minispec.roofline.policy import FixedPolicy
 
 
 @pytest.fixture(scope="module")
-def pair():
-    target, _ = minispec.load("tiny-code-target")
-    draft, _ = minispec.load("tiny-code-draft")
+def pair(code_pair):
+    """The embedded pair (tests/engine/conftest.py) with this module's six prompts, 20 to 75 bytes."""
+    target, draft, _ = code_pair
     text = sample_text("code")
     return target, draft, [list(text[300 * i: 300 * i + 20 + 11 * i]) for i in range(6)]
 
