@@ -1,6 +1,11 @@
 """Linear layers on this CPU: torch's F.linear against oneDNN with a prepacked weight (Model.prepack, vLLM's CPU path).
 
     python scripts/linear_prepack.py [--threads 1] [--out results/cpu/linear_prepack.txt]
+    .venv-vllm/bin/python scripts/linear_prepack.py   # and vLLM's own oneDNN linear beside them
+
+Where vLLM imports (its CPU build, ``scripts/vllm_env.sh``), a third kernel joins each cell: the one vLLM 0.32's CPU
+model runner calls for a float32 linear (``vllm._custom_ops.create_onednn_mm`` / ``onednn_mm``, chosen in
+``vllm/model_executor/layers/utils.py``), on the same weight and input.
 
 SmolLM2-135M's four weight shapes (q/k/v fused, gate/up fused, down, the LM head) at 1 to 512 tokens a pass, float32;
 each time the median of alternated rounds, both kernels timed in the same process. Then whole-model forward passes of
@@ -34,6 +39,22 @@ def timed(f, *inputs, rounds: int) -> float:
     return statistics.median(out)
 
 
+def vllm_linear():
+    """W (N, K) -> vLLM's CPU linear x -> x W^T (what its model runner builds for an unquantized float32 layer), or
+    None where vLLM's CPU build is not importable."""
+    try:
+        from vllm import _custom_ops as ops
+    except ImportError:
+        return None
+    if not getattr(ops, "_supports_onednn", False):
+        return None
+
+    def make(W):
+        handler = ops.create_onednn_mm(W.t(), 32)  # as dispatch_cpu_unquantized_gemm calls it
+        return lambda x: ops.onednn_mm(handler, x, None)
+    return make
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=1)
@@ -44,7 +65,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     tokens = [int(t) for t in args.tokens.split(",")]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    lines = [f"# linear layers: F.linear vs oneDNN prepacked (Model.prepack); {platform.machine()} CPU, torch "
+    vllm_mm = vllm_linear()
+    names = "F.linear / prepacked" + (" / vLLM onednn_mm" if vllm_mm else "")
+    lines = [f"# linear layers: {names} (Model.prepack; ratios: F.linear / prepacked"
+             f"{', prepacked / vLLM' if vllm_mm else ''}); {platform.machine()} CPU, torch "
              f"{torch.__version__}, {args.threads} thread(s), float32, commit {commit}, load average before "
              f"{os.getloadavg()[0]:.1f}", "", "| tokens | " + " | ".join(SHAPES) + " |",
              "| --- |" + " --- |" * len(SHAPES)]
@@ -57,7 +81,11 @@ def main() -> None:
                 packed = torch.ops.mkldnn._reorder_linear_weight(W, None)
                 a = timed(F.linear, x, W, rounds=args.rounds)
                 b = timed(torch.ops.mkldnn._linear_pointwise, x, packed, None, "none", [], "", rounds=args.rounds)
-                cells.append(f"{1e3 * a:.2f} / {1e3 * b:.2f} ms ({a / b:.2f}x)")
+                if vllm_mm is None:
+                    cells.append(f"{1e3 * a:.2f} / {1e3 * b:.2f} ms ({a / b:.2f}x)")
+                    continue
+                c = timed(vllm_mm(W), x, rounds=args.rounds)
+                cells.append(f"{1e3 * a:.2f} / {1e3 * b:.2f} / {1e3 * c:.2f} ms ({a / b:.2f}x, {b / c:.2f}x)")
             lines.append(f"| {M} | " + " | ".join(cells) + " |")
             print(lines[-1], flush=True)
         from minispec.model.config import ModelConfig

@@ -222,3 +222,25 @@ def test_a_sliding_window_layer_reads_only_its_window(attention):
                     attention=attention)
     outs = engine.run([Request(p, 16) for p in prompts])
     assert [o.tokens for o in outs] == minispec.generate(target, prompts, 16).tokens
+
+
+def test_the_flex_block_mask_visits_each_rows_own_blocks_and_no_other():
+    """What a compiled FlexAttention kernel relies on (the eager one reads every slot and lets the mask_mod decide):
+    the block mask of a group visits, for each row, exactly the blocks of its table, in units of the pool's blocks;
+    not the scratch block that pads the tables, and not a block of another row. Row 0 holds the pool's last real
+    block, whose number sits next to the scratch block's."""
+    from minispec.engine.attention import _block_mask, group
+    from minispec.engine.paged import PagedPool
+
+    pool = PagedPool(1, num_blocks=12, block_size=4, kv_heads=1, head_dim=8)
+    scratch = 12
+    tables = torch.tensor([[11, 3, scratch, scratch], [0, 5, 7, scratch]])  # (R, nb)
+    lengths = torch.tensor([7, 10])  # slots each row reads: 2 and 3 blocks
+    S = int(lengths.max())
+    masks = {None: (torch.arange(S) < lengths[:, None])[:, None, None, :]}  # (R, 1, T=1, S)
+    g = group(torch.tensor([[0], [1]]), torch.ones(2, 1, dtype=torch.bool), tables, masks, pool.block_size)
+    bm = _block_mask(g, masks[None], pool)
+    assert bm.BLOCK_SIZE == (1, pool.block_size)
+    visited = bm.to_dense()[:, 0, 0]  # (R, pool blocks) 1 where the kernel reads the row's block
+    assert visited.shape == (2, scratch + 1)
+    assert [set(v.nonzero()[:, 0].tolist()) for v in visited] == [{11, 3}, {0, 5, 7}]
