@@ -2,8 +2,10 @@
 
 import math
 import time
+import warnings
 
 import pytest
+import torch
 from support import random_model
 
 import minispec
@@ -53,6 +55,7 @@ def test_bad_requests_fail_alone_before_any_work(pair):
 def test_the_constructor_checks_its_arguments(pair):
     target, draft = pair
     for kw, message in [(dict(gamma=0), "gamma must be an integer >= 1, 'auto' or a GammaPolicy"),
+                        (dict(gamma=True), "gamma must be an integer >= 1"), (dict(gamma=2.5), "gamma must be"),
                         (dict(block_size=0), "block_size must be an integer >= 1"),
                         (dict(num_blocks=0), "num_blocks must be an integer >= 1"),
                         (dict(max_num_seqs=-1), "max_num_seqs must be an integer >= 1"),
@@ -63,6 +66,39 @@ def test_the_constructor_checks_its_arguments(pair):
         Engine(target, random_model(seed=2, vocab=50))
     with pytest.raises(ValueError, match="target must be a minispec Model"):
         Engine("tiny-code-target")
+    assert Engine(target, draft, gamma=1).policy.choose(1, 0) == 1  # the smallest gamma is one
+
+
+def test_a_request_may_fill_the_model_and_the_cache_exactly(pair):
+    """The limits are inclusive: a prompt plus max_new_tokens of exactly the model's positions runs (one more is
+    refused); a request whose KV (every token but the last) fills the cache exactly runs (one more is refused); an
+    EOS id of 0 is a token id."""
+    target, _ = pair  # 256 positions, vocabulary 64
+    engine = Engine(target, block_size=4, num_blocks=64)  # 256 slots
+    assert engine.check(Request([1] * 250, 6)) is None
+    assert "exceeds the model's maximum length of 256" in engine.check(Request([1] * 250, 7))
+    small = Engine(target, block_size=4, num_blocks=4)  # 16 slots
+    assert small.check(Request([1] * 10, 7)) is None  # 16 KV slots
+    assert "needs up to 17 KV slots" in small.check(Request([1] * 10, 8))
+    assert engine.check(Request([1, 2], 4, eos_token_id=0)) is None
+    assert engine.check(Request([1, 2], 4, eos_token_id=[0, 63])) is None
+
+
+def test_an_auto_engine_prices_steps_on_this_devices_ceilings_and_says_it_measures_them(pair, monkeypatch):
+    """gamma="auto" as speculative_generate builds it: the roofline policy on this CPU's calibration for the target's
+    dtype (measured once, with a warning the first time)."""
+    from minispec.roofline import hardware
+
+    target, draft = pair
+    monkeypatch.setattr(hardware, "_CALIBRATED", {})
+    monkeypatch.setattr(hardware, "measure_bandwidth", lambda device: 2e10)
+    monkeypatch.setattr(hardware, "measure_flops", lambda device, dtype: 1e11 if dtype == torch.float32 else 7e11)
+    with pytest.warns(UserWarning, match="gamma='auto' measures cpu's bandwidth and FLOP/s once"):
+        engine = Engine(target, draft, gamma="auto")
+    assert (engine.policy.hardware.memory_bandwidth, engine.policy.hardware.peak_flops) == (2e10, 1e11)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Engine(target, draft, gamma="auto")  # calibrated now: no warning
 
 
 def test_defaults_serve_a_random_model_plainly_and_speculatively(pair):
@@ -87,3 +123,14 @@ def test_the_clock_realtime_or_with_idle_gaps_skipped(pair):
         assert wall >= 0.5 if realtime else engine.stats.wall_s > wall
     with pytest.raises(ValueError, match="realtime must be True or False"):
         Engine(target).run(reqs, realtime="yes")
+
+
+def test_a_run_that_skips_idle_time_starts_a_late_request_at_its_arrival(pair):
+    """Engine.run(realtime=False) jumps over the time nothing runs: a request that arrives 50 s after the first one
+    gets its first token one step after 50 s on the run's clock, not pushed later by the skip (a clock that skipped
+    too much would add about the first request's whole time, 30 decoding steps, which one prefill step cannot)."""
+    target, _ = pair
+    early, late = Engine(target).run([Request([1, 2, 3], 30), Request([4, 5, 6], 2, arrival_s=50.0)])
+    early_done = early.first_token_s + sum(early.itl_s)  # the run's clock when the first request finished
+    assert early_done < 50.0
+    assert 50.0 <= late.first_token_s < 50.0 + 0.5 * early_done

@@ -49,3 +49,27 @@ def test_paged_rows_have_the_shape_of_the_tensor_they_stand_in_for():
     view = pool.view(torch.tensor([[3, 0], [1, 4]]), torch.zeros(2, dtype=torch.long))
     vectors = torch.zeros(10, 7)  # (P, F): a vector per physical slot
     assert PagedRows(vectors, view, S=6).shape == (2, 6, 7)  # (B, S, F)
+
+
+def test_compact_moves_what_the_dense_cache_moves_offset_zero_included():
+    """A tree step's accepted path moved to contiguous slots, in the pool as in the dense cache: slot base + src[b, k]
+    to base + 1 + k, where an offset of 0 (the root's own slot) moves too and -1 moves nothing."""
+    from minispec.model.kv_cache import KVCache
+
+    L, B, K, S, D, bs = 2, 2, 1, 12, 4, 4
+    dense = KVCache(L, B, K, S, D)
+    g = torch.Generator().manual_seed(0)
+    dense.k.copy_(torch.randn(dense.k.shape, generator=g))
+    dense.v.copy_(torch.randn(dense.v.shape, generator=g))
+    pool = PagedPool(L, 8, bs, K, D)
+    tables = torch.tensor([[5, 2, 7], [0, 6, 3]])  # (B, 3 blocks) = 12 slots each
+    view = pool.view(tables, torch.zeros(B, dtype=torch.long))
+    slots = view.physical(torch.arange(S).expand(B, -1))  # (B, S)
+    for buf, src in ((pool.k, dense.k), (pool.v, dense.v)):
+        buf[:, slots] = src.permute(0, 1, 3, 2, 4)  # (L, B, S, K, D)
+    base = torch.tensor([3, 5])  # (B,) each row's root
+    path = torch.tensor([[0, 2, -1], [3, 1, 4]])  # (B, D) offsets from the root; row 0 moves its root to base + 1
+    dense.compact(base, path)
+    view.compact(base, path)
+    for buf, ref in ((pool.k, dense.k), (pool.v, dense.v)):
+        assert torch.equal(buf[:, slots], ref.permute(0, 1, 3, 2, 4))
