@@ -10,6 +10,7 @@ from support import random_model
 
 import minispec
 from minispec.engine import Engine, Request
+from minispec.speculative.rule import accept_reject
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +34,7 @@ def test_bad_requests_fail_alone_before_any_work(pair):
         "max_new_tokens must be an integer >= 1": Request([1], 0),
         "temperature must be a number >= 0": Request([1], 5, temperature=-1.0),
         "top_p must be in (0, 1]": Request([1], 5, top_p=1.5),
+        "top_k must be an integer >= 1": Request([1], 5, temperature=1.0, top_k=0, arrival_s=1.5),
         "eos_token_id 99 is not a token id": Request([1], 5, eos_token_id=99),
         "seed must be an integer": Request([1], 5, seed="7"),
         "expected a minispec.engine.Request": ([1, 2], 5),
@@ -41,7 +43,11 @@ def test_bad_requests_fail_alone_before_any_work(pair):
     for i, (reason, o) in enumerate(zip(bad, outs[1:-1])):
         assert o.finish_reason == "error" and o.tokens == [] and reason in o.error and o.error.startswith(
             f"request {i + 1}: "), o.error
-        assert math.isnan(o.ttft_s)
+        assert all(math.isnan(t) for t in (o.ttft_s, o.tpot_s, o.first_token_s)) and o.itl_s == [] == o.accepted
+    by_reason = dict(zip(bad, outs[1:-1]))
+    assert by_reason["top_k must be an integer >= 1"].arrival_s == 1.5  # a request's own arrival
+    assert by_reason["expected a minispec.engine.Request"].arrival_s == 0.0  # a non-request's: 0
+    assert math.isnan(engine.run([Request([], 3, arrival_s="soon"), good[0]])[0].arrival_s)  # not a number: nan
     assert [o.tokens for o in (outs[0], outs[-1])] == minispec.generate(target, [r.prompt for r in good], 10).tokens
     steps = engine.stats.steps
     engine.run(good)
@@ -59,6 +65,7 @@ def test_the_constructor_checks_its_arguments(pair):
                         (dict(block_size=0), "block_size must be an integer >= 1"),
                         (dict(num_blocks=0), "num_blocks must be an integer >= 1"),
                         (dict(max_num_seqs=-1), "max_num_seqs must be an integer >= 1"),
+                        (dict(max_num_batched_tokens=0), "max_num_batched_tokens must be an integer >= 1"),
                         (dict(max_num_batched_tokens=4), r"must hold one decoding row's 1 \+ 4 tokens")]:
         with pytest.raises(ValueError, match=message):
             Engine(target, draft, **kw)
@@ -67,6 +74,37 @@ def test_the_constructor_checks_its_arguments(pair):
     with pytest.raises(ValueError, match="target must be a minispec Model"):
         Engine("tiny-code-target")
     assert Engine(target, draft, gamma=1).policy.choose(1, 0) == 1  # the smallest gamma is one
+    assert Engine(target, draft, gamma=4, max_num_batched_tokens=5).max_num_batched_tokens == 5  # 1 + 4 fits
+
+
+def test_the_engine_prepacks_target_and_draft_model_unless_told_not_to():
+    """Engine(prepack=True), the default: the target's and a draft model's linears run through oneDNN's prepacked
+    weights (Model.prepack: a ``packed`` weight beside each linear); prepack=False leaves both on F.linear."""
+    def packed(model):
+        return [hasattr(m, "packed") for m in model.modules() if isinstance(m, torch.nn.Linear)]
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("no oneDNN in this torch: Model.prepack is a no-op")
+    for prepack in (True, False):
+        target, draft = random_model(seed=0), random_model(seed=1, layers=1)  # fresh: the fixture's are prepacked
+        Engine(target, draft, prepack=prepack)
+        assert set(packed(target)) == set(packed(draft)) == {prepack}
+
+
+def test_step_times_add_up_to_at_most_the_runs_clock(pair):
+    """EngineStats.step_s: each step's own seconds, positive, summing to no more than the run's clock; and a rule
+    marked synthetic is reported as such."""
+    target, draft = pair
+
+    def rule(*args, **kw):
+        return accept_reject(*args, **kw)
+
+    rule.synthetic = True
+    engine = Engine(target, draft, gamma=2, rule=rule)
+    engine.run([Request([1, 2, 3], 8), Request([4, 5], 6, arrival_s=0.01)])
+    s = engine.stats
+    assert len(s.step_s) == s.steps and all(t > 0 for t in s.step_s) and sum(s.step_s) <= s.wall_s
+    assert s.synthetic and not Engine(target, draft, gamma=2).stats.synthetic
 
 
 def test_a_request_may_fill_the_model_and_the_cache_exactly(pair):
