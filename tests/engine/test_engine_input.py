@@ -120,6 +120,10 @@ def test_a_request_may_fill_the_model_and_the_cache_exactly(pair):
     assert "needs up to 17 KV slots" in small.check(Request([1] * 10, 8))
     assert engine.check(Request([1, 2], 4, eos_token_id=0)) is None
     assert engine.check(Request([1, 2], 4, eos_token_id=[0, 63])) is None
+    # the whole length served, with a step's lookahead past it (prompt lookup: no positions of its own): greedy's tokens
+    full = Request([(7 * i) % 64 for i in range(250)], 6)
+    out = Engine(target, minispec.PromptLookupDraft(), gamma=4, block_size=4, num_blocks=80).run([full])[0]
+    assert out.tokens == minispec.generate(target, [full.prompt], 6).tokens[0]
 
 
 def test_an_auto_engine_prices_steps_on_this_devices_ceilings_and_says_it_measures_them(pair, monkeypatch):
