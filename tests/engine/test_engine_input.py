@@ -10,6 +10,7 @@ from support import random_model
 
 import minispec
 from minispec.engine import Engine, Request
+from minispec.roofline import hardware
 from minispec.speculative.rule import accept_reject
 
 
@@ -40,11 +41,11 @@ def test_bad_requests_fail_alone_before_any_work(pair):
         "expected a minispec.engine.Request": ([1, 2], 5),
     }
     outs = engine.run([good[0], *bad.values(), good[1]])
-    for i, (reason, o) in enumerate(zip(bad, outs[1:-1])):
+    by_reason = dict(zip(bad, outs[1:-1]))
+    for i, (reason, o) in enumerate(by_reason.items()):
         assert o.finish_reason == "error" and o.tokens == [] and reason in o.error and o.error.startswith(
             f"request {i + 1}: "), o.error
         assert all(math.isnan(t) for t in (o.ttft_s, o.tpot_s, o.first_token_s)) and o.itl_s == [] == o.accepted
-    by_reason = dict(zip(bad, outs[1:-1]))
     assert by_reason["top_k must be an integer >= 1"].arrival_s == 1.5  # a request's own arrival
     assert by_reason["expected a minispec.engine.Request"].arrival_s == 0.0  # a non-request's: 0
     assert math.isnan(engine.run([Request([], 3, arrival_s="soon"), good[0]])[0].arrival_s)  # not a number: nan
@@ -129,8 +130,6 @@ def test_a_request_may_fill_the_model_and_the_cache_exactly(pair):
 def test_an_auto_engine_prices_steps_on_this_devices_ceilings_and_says_it_measures_them(pair, monkeypatch):
     """gamma="auto" as speculative_generate builds it: the roofline policy on this CPU's calibration for the target's
     dtype (measured once, with a warning the first time)."""
-    from minispec.roofline import hardware
-
     target, draft = pair
     monkeypatch.setattr(hardware, "_CALIBRATED", {})
     monkeypatch.setattr(hardware, "measure_bandwidth", lambda device: 2e10)

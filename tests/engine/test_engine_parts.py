@@ -1,10 +1,13 @@
 """The engine's parts by hand: blocks and lookahead slots, attention through block tables, the scheduler's budget."""
 
+import types
+
 import pytest
 import torch
 from support import random_model
 
 import minispec
+import minispec.engine.engine as engine_module
 from minispec.decoding.plain import DecodeState
 from minispec.decoding.sampling import Sampler, SamplingParams
 from minispec.drafts.model import ModelDraft
@@ -212,20 +215,20 @@ def test_the_default_kv_cache_holds_max_num_seqs_longest_sequences_of_target_and
     """num_blocks left to the engine: room for max_num_seqs sequences of the longest length the model allows (its
     positions and a step's lookahead), with the draft model's KV per token counted beside the target's, within the
     byte budget, never below one such sequence; on a GPU the budget is 30 % of the device's free memory if more."""
-    import types
-
-    import minispec.engine.engine as engine_module
-
     target, draft = random_model(seed=0), random_model(seed=1, layers=1)  # 256 positions each
     bs = 4
-    e = Engine(target, draft, gamma=3, block_size=bs, max_num_seqs=2, prepack=False)
+
+    def build():
+        return Engine(target, draft, gamma=3, block_size=bs, max_num_seqs=2, prepack=False)
+
+    e = build()
     one = -(-(target.config.max_position_embeddings + e.width) // bs)  # blocks of the longest sequence
     assert e.width == 3 and e.num_blocks == 2 * one  # the budget (1 GiB) does not bind
     per_token = 4 * (target.config.kv_elements_per_token + draft.config.kv_elements_per_token)  # float32 bytes
     monkeypatch.setattr(engine_module, "KV_BUDGET_BYTES", per_token * bs * (one + one // 2))
-    assert Engine(target, draft, gamma=3, block_size=bs, max_num_seqs=2, prepack=False).num_blocks == one + one // 2
+    assert build().num_blocks == one + one // 2
     monkeypatch.setattr(engine_module, "KV_BUDGET_BYTES", 1)
-    assert Engine(target, draft, gamma=3, block_size=bs, max_num_seqs=2, prepack=False).num_blocks == one
+    assert build().num_blocks == one
 
     cuda = torch.device("cuda", 0)  # the GPU branch, with the device's free memory faked: no GPU here
     free, total = 10 * per_token * bs * one, 40 * per_token * bs * one
@@ -238,4 +241,3 @@ def test_the_default_kv_cache_holds_max_num_seqs_longest_sequences_of_target_and
     fake = types.SimpleNamespace(target=types.SimpleNamespace(config=target.config, dtype=torch.float32, device=cuda),
                                  draft=e.draft, width=e.width, block_size=bs, max_num_seqs=100)
     assert Engine._default_blocks(fake) == int(engine_module.KV_FREE_FRACTION * free // (per_token * bs))  # 3 x one
-

@@ -7,7 +7,8 @@ from support import random_model
 
 import minispec
 from minispec.engine import Engine, Request
-from minispec.engine.attention import PagedStep
+from minispec.engine.attention import PagedStep, _block_mask, group
+from minispec.engine.paged import PagedPool
 from minispec.model.load import sample_text
 from minispec.roofline.policy import FixedPolicy
 
@@ -229,9 +230,6 @@ def test_the_flex_block_mask_visits_each_rows_own_blocks_and_no_other():
     the block mask of a group visits, for each row, exactly the blocks of its table, in units of the pool's blocks;
     not the scratch block that pads the tables, and not a block of another row. Row 0 holds the pool's last real
     block, whose number sits next to the scratch block's."""
-    from minispec.engine.attention import _block_mask, group
-    from minispec.engine.paged import PagedPool
-
     pool = PagedPool(1, num_blocks=12, block_size=4, kv_heads=1, head_dim=8)
     scratch = 12
     tables = torch.tensor([[11, 3, scratch, scratch], [0, 5, 7, scratch]])  # (R, nb)

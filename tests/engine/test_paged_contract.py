@@ -9,6 +9,7 @@ import torch
 import minispec
 from minispec.engine import Engine, Request
 from minispec.engine.paged import PagedPool, PagedRows
+from minispec.model.kv_cache import KVCache
 from minispec.model.load import sample_text
 
 
@@ -54,8 +55,6 @@ def test_paged_rows_have_the_shape_of_the_tensor_they_stand_in_for():
 def test_compact_moves_what_the_dense_cache_moves_offset_zero_included():
     """A tree step's accepted path moved to contiguous slots, in the pool as in the dense cache: slot base + src[b, k]
     to base + 1 + k, where an offset of 0 (the root's own slot) moves too and -1 moves nothing."""
-    from minispec.model.kv_cache import KVCache
-
     L, B, K, S, D, bs = 2, 2, 1, 12, 4, 4
     dense = KVCache(L, B, K, S, D)
     g = torch.Generator().manual_seed(0)
