@@ -187,11 +187,12 @@ class Model(nn.Module):
     def prepack(self) -> Model:
         """On a CPU, run every linear layer through oneDNN with its weight reordered once into oneDNN's blocked
         layout, as vLLM's CPU build does (``create_onednn_mm``) and ``torch.compile`` does when it freezes CPU
-        weights. The products are the same up to float rounding (about 1e-6 relative); on this project's AVX2 CPU
-        they run 2-3x faster at 8 to 400 tokens a pass (``scripts/linear_prepack.py``). In place and opt-in, as
-        :meth:`compile` is; it keeps the plain weights (drafts and tied embeddings read them), so it costs one more
-        copy of them. Elsewhere (a GPU, a torch without oneDNN, or bfloat16 / float16 weights on a CPU without the
-        instructions oneDNN packs them with: AVX-512 BF16 or FP16, or AVX-NE-CONVERT) it changes nothing."""
+        weights. The products are the same up to float rounding (about 1e-6 relative); at 8 to 512 tokens a pass they
+        ran 2-3x faster on one of this project's AVX2 machines and 1.0-1.9x on another (``scripts/linear_prepack.py``).
+        In place and opt-in, as :meth:`compile` is; it keeps the plain weights (drafts and tied embeddings read
+        them), so it costs one more copy of them. Elsewhere (a GPU, a torch without oneDNN, or bfloat16 / float16
+        weights on a CPU without the instructions oneDNN packs them with: AVX-512 BF16 or FP16, or AVX-NE-CONVERT)
+        it changes nothing."""
         packs = {torch.float32: True, torch.bfloat16: native_bf16(),
                  torch.float16: torch.ops.mkldnn._is_mkldnn_fp16_supported()}
         if self.device.type != "cpu" or not torch.backends.mkldnn.is_available() or not packs.get(self.dtype):
