@@ -44,7 +44,6 @@ import functools
 import math
 import sys
 import time
-import warnings
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -57,10 +56,8 @@ from minispec.engine.request import Request, RequestOutput, Sequence, fresh_seed
 from minispec.engine.runner import ModelRunner, StepResult
 from minispec.engine.scheduler import Scheduler, StepPlan
 from minispec.model.llama import Model
-from minispec.roofline import ModelShape
-from minispec.roofline.hardware import device_hardware, is_calibrated, preset_for
-from minispec.roofline.policy import FixedPolicy, GammaPolicy, auto_policy
-from minispec.speculative.loop import AUTO_GAMMA_MAX
+from minispec.roofline.policy import GammaPolicy
+from minispec.speculative.loop import gamma_policy
 from minispec.speculative.rule import accept_reject
 
 KV_BUDGET_BYTES = 1 << 30  # default num_blocks: at most this much KV (target and draft), 1 GiB ...
@@ -341,20 +338,3 @@ class _Clock:
             time.sleep(gap)
         elif gap > 0:
             self.skipped += gap
-
-
-def gamma_policy(gamma, target: Model, draft) -> GammaPolicy:
-    """The gamma policy for ``gamma``: an int (fixed), "auto" (the roofline policy for this target and draft on
-    this device, as speculative_generate builds it) or a GammaPolicy (itself)."""
-    if isinstance(gamma, GammaPolicy):
-        return gamma
-    if gamma == "auto":
-        if preset_for(target.device) is None and not is_calibrated(target.device, target.dtype):
-            warnings.warn(f"gamma='auto' measures {target.device}'s bandwidth and FLOP/s once for this process "
-                          "(about a second); call minispec.roofline.hardware.calibrate() beforehand to do it up front",
-                          stacklevel=2)
-        return auto_policy(ModelShape.from_model(target), draft.shape, device_hardware(target.device, target.dtype),
-                           gamma_max=AUTO_GAMMA_MAX)
-    if isinstance(gamma, bool) or not isinstance(gamma, int) or gamma < 1:
-        raise ValueError(f"gamma must be an integer >= 1, 'auto' or a GammaPolicy, got {gamma!r}")
-    return FixedPolicy(gamma)

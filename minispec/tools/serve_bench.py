@@ -34,10 +34,10 @@ from minispec.course.plots import matplotlib_missing
 from minispec.decoding.stats import percentile
 from minispec.drafts.model import as_draft
 from minispec.engine import Engine, Request
-from minispec.engine.engine import gamma_policy
 from minispec.roofline import expected_tokens, vllm_config_from_speedup
 from minispec.roofline.policy import BatchTablePolicy, GammaPolicy
 from minispec.serving import EngineSteps, Lengths, Scheduler, Traffic, Workload, conditional, poisson_requests, simulate
+from minispec.speculative.loop import gamma_policy
 from minispec.tools.bench import environment
 
 # the report's names, re-exported too: the lessons read the report, the plot and the goodput from here

@@ -11,6 +11,7 @@ from support import random_model
 import minispec
 from minispec.engine import Engine, Request
 from minispec.roofline import hardware
+from minispec.roofline.policy import RooflinePolicy, TreePolicy
 from minispec.speculative.rule import accept_reject
 
 
@@ -140,6 +141,23 @@ def test_an_auto_engine_prices_steps_on_this_devices_ceilings_and_says_it_measur
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Engine(target, draft, gamma="auto")  # calibrated now: no warning
+
+
+def test_an_auto_engine_prices_a_tree_drafts_nodes_as_speculative_generate_does(pair, monkeypatch):
+    """gamma="auto" with a tree draft: the policy that prices every node a row verifies (TreePolicy, with the draft's
+    budget and top-k, or its static shape), the one speculative_generate builds, not a chain's; and it serves."""
+    target, draft = pair
+    monkeypatch.setattr(hardware, "_CALIBRATED", {("cpu", torch.float32): hardware.Hardware("cpu", 2e10, 1e11, 24e9)})
+    dynamic, static = minispec.TreeDraft(draft, budget=6, depth=3), minispec.TreeDraft(draft, branching=(2, 2))
+    engine = Engine(target, dynamic, gamma="auto")
+    assert isinstance(engine.policy, TreePolicy) and (engine.policy.budget, engine.policy.topk) == (6, dynamic.topk)
+    tree = Engine(target, static, gamma="auto").policy
+    assert isinstance(tree, TreePolicy) and tree.tree.parents == tuple(p - 1 for p in static.parents)
+    assert isinstance(Engine(target, draft, gamma="auto").policy, RooflinePolicy)
+    prompts = [[1, 2, 3], [9] * 7]
+    outs = engine.run([Request(q, 10) for q in prompts])
+    assert [o.tokens for o in outs] == minispec.generate(target, prompts, 10).tokens
+    assert max(engine.stats.gamma_per_step) <= 3
 
 
 def test_defaults_serve_a_random_model_plainly_and_speculatively(pair):

@@ -16,7 +16,8 @@ from minispec.engine.blocks import BlockManager
 from minispec.engine.drafting import PagedModelDraft
 from minispec.engine.paged import PagedPool
 from minispec.engine.request import Sequence
-from minispec.engine.scheduler import Scheduler
+from minispec.engine.runner import StepResult
+from minispec.engine.scheduler import Scheduler, StepPlan
 from minispec.roofline.policy import FixedPolicy
 
 # --- blocks ---------------------------------------------------------------------------------------
@@ -161,6 +162,16 @@ def test_the_policy_is_told_the_decoding_rows_and_their_mean_context():
     sched.update(plan, {a: ([1, 2, 3], [True, True, False]), b: ([4], [False])}, 2.0)
     sched.schedule()
     assert sched.policy.seen == (2, (3 + 3 + 6 + 1) / 2)  # and, later, every token the row has but its last
+
+
+def test_a_step_that_decodes_no_row_records_gamma_0():
+    """A step whose decoding rows were all preempted keeps the gamma it chose in its plan, but drafted nothing: the
+    stats record 0 for it (serve-bench's mean gamma weights the steps that decoded)."""
+    stats = engine_module.EngineStats()
+    a = counted(3)
+    stats.record(StepPlan(gamma=4, width=4, prefill=[(a, 3)], preempted=[counted(5)]), StepResult(), 0.1)
+    stats.record(StepPlan(decode=[a], k=[4], gamma=4, width=4), StepResult(), 0.1)
+    assert stats.gamma_per_step == [0, 4] and stats.batch_per_step == [0, 1]
 
 
 def test_a_prompt_longer_than_the_budget_is_prefilled_in_chunks_and_decodes_exactly():
