@@ -108,6 +108,30 @@ class Recording(EagleDraft):
         return run
 
 
+class Reads(EagleDraft):
+    """Records how many (feature, token) pairs each catch-up feeds the head."""
+
+    def start(self, target, state, sampler, features=None):
+        run, reads = super().start(target, state, sampler, features), self.reads
+        read = run._read
+
+        def counted(f, tokens):
+            reads.append(f.shape[1])
+            return read(f, tokens)
+
+        run._read = counted  # after start: the prompt's read is not counted
+        return run
+
+
+def test_after_plain_steps_the_head_reads_only_the_pairs_it_has_not_read(target):
+    """A chain step of depth d leaves 1 + d pairs to re-read (the root's and the path's, with the target's true
+    features), and each plain step one more: a head that re-read more would give the same tokens at more cost."""
+    draft = Reads(target, random_head(target))
+    draft.reads = []
+    minispec.speculative_generate(target, draft, [[1, 2, 3]], gamma=Scripted([4, 0, 0, 3]), max_new_tokens=30)
+    assert draft.reads[:4] == [1, 1 + 4 + 2, 1 + 3, 1 + 4 + 2]
+
+
 @pytest.mark.parametrize("kind", SLOW_TREES)
 def test_each_catch_up_equals_a_from_scratch_pass(code_pair, kind):
     """After accepted runs, rejections, tree steps and plain steps, the draft's cache holds exactly what a fresh
