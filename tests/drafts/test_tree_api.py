@@ -7,7 +7,7 @@ import pytest
 import minispec
 from minispec import TreeDraft
 from minispec.decoding.tree import MAX_NODES, static_tree, tree_nodes
-from minispec.drafts.tree import check_tree
+from minispec.drafts.tree import _TreeRun, check_tree
 
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], [12], [13, 14, 15, 16, 17]]
 
@@ -115,3 +115,29 @@ def test_a_chain_reads_as_before(pair, temperature):
     assert chain.acceptance_rate == chain.node_acceptance_rate == chain.accepted_tokens / chain.draft_tokens
     one = minispec.speculative_generate(target, TreeDraft(draft, branching=(1, 1, 1, 1)), PROMPTS, **kw).stats
     assert (one.acceptance_rate, one.tree_depth, one.tree_nodes) == (chain.acceptance_rate, 4, 4)
+
+
+def test_a_dynamic_tree_expands_the_k_candidates_of_highest_cumulative_log_q_at_each_level(pair, monkeypatch):
+    """EAGLE-2's expansion: at each level below the last, the draft feeds the k candidates whose cumulative log q
+    (their path's log probabilities summed) is highest, and a child's score is its parent's plus its own log q. A
+    tree that expanded others would stay exact and accept less."""
+    target, draft = pair
+    seen, select = [], _TreeRun._select
+
+    def spy(self, scores, toks, parents, fed, depth):
+        seen.append(([s.clone() for s in scores], [p.clone() for p in parents]))
+        return select(self, scores, toks, parents, fed, depth)
+
+    monkeypatch.setattr(_TreeRun, "_select", spy)
+    k = 3
+    minispec.speculative_generate(target, TreeDraft(draft, budget=10, depth=4, topk=k), [[1, 2, 3], [4, 5, 6, 7, 8]],
+                                  max_new_tokens=12)
+    assert len(seen) >= 2
+    for scores, parents in seen:
+        assert [s.shape[1] for s in scores] == [k, k * k, k * k, k * k]
+        for i in range(1, len(scores)):
+            expanded = parents[i][:, ::k]  # (B, k) the level i - 1 candidates fed, each parent of k children
+            if i > 1:
+                assert all(set(e) == set(s) for e, s in zip(expanded.tolist(),
+                                                            scores[i - 1].topk(k, -1).indices.tolist()))
+            assert (scores[i] <= scores[i - 1].gather(1, parents[i])).all()  # a child never scores above its parent

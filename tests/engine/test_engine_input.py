@@ -141,6 +141,9 @@ def test_an_auto_engine_prices_steps_on_this_devices_ceilings_and_says_it_measur
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         Engine(target, draft, gamma="auto")  # calibrated now: no warning
+    with pytest.warns(UserWarning, match="gamma='auto' measures"):  # bfloat16 is a calibration of its own
+        bf16 = Engine(random_model(seed=0).to(torch.bfloat16), minispec.PromptLookupDraft(), gamma="auto")
+    assert bf16.policy.hardware.peak_flops == 7e11
 
 
 def test_an_auto_engine_prices_a_tree_drafts_nodes_as_speculative_generate_does(pair, monkeypatch):

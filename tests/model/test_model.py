@@ -5,6 +5,8 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
 import minispec
+from minispec.model.llama import Model
+from tests.support import random_model
 
 SMALL = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
              max_position_embeddings=128)
@@ -15,6 +17,9 @@ CASES = {
                                                                 tie_word_embeddings=True, rope_parameters=LLAMA3_ROPE)),
     "llama-bias-untied": (LlamaForCausalLM, LlamaConfig(**SMALL, num_key_value_heads=4, attention_bias=True,
                                                         mlp_bias=True, tie_word_embeddings=False)),
+    "llama-linear-rope": (LlamaForCausalLM, LlamaConfig(**SMALL, num_key_value_heads=2, tie_word_embeddings=False,
+                                                        rope_parameters={"rope_type": "linear", "rope_theta": 1e4,
+                                                                         "factor": 4.0})),
     "mistral-sliding-window": (MistralForCausalLM, MistralConfig(**SMALL, num_key_value_heads=2, sliding_window=7,
                                                                  tie_word_embeddings=False)),
     "qwen2-qkv-bias-mqa": (Qwen2ForCausalLM, Qwen2Config(**SMALL, num_key_value_heads=1, tie_word_embeddings=True,
@@ -81,6 +86,15 @@ def test_dtype_and_device_arguments(tmp_path):
     assert model.dtype == torch.bfloat16 and model.inv_freq.dtype == torch.float32
     assert model.lm_head.weight is model.embed.weight  # still tied after the cast
     assert model(torch.tensor([[1, 2, 3]])).dtype == torch.bfloat16
+
+
+def test_a_checkpoint_missing_weights_is_named_and_a_loaded_model_takes_no_gradients():
+    model = random_model(seed=0)
+    state = model.state_dict()
+    loaded = Model.from_state_dict(model.config, state)
+    assert not any(p.requires_grad for p in loaded.parameters())
+    with pytest.raises(ValueError, match=r"the checkpoint lacks weights \['norm'\]"):
+        Model.from_state_dict(model.config, {k: v for k, v in state.items() if k != "norm"})
 
 
 def test_unsupported_architecture_is_named(tmp_path):

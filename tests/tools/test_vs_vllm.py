@@ -125,6 +125,27 @@ def test_the_tables_divide_minispec_by_vllm_and_find_where_speculation_stops_pay
     assert "[[1, 64, 3]]" in kt and "minispec: the table's TPOT p50 beats fixed K at 2 of 2 rates" in kt
 
 
+def test_the_roofline_lines_price_the_measured_acceptance_on_the_calibrated_ceilings():
+    """A weights-only target of 1M float32 parameters on 1 GB/s and 1 GFLOP/s: a pass over N tokens takes
+    max(4 ms, 2 ms x N). With E = 2.5 and K = 3 and a free draft, batch 1 gains 2.5 x 4 / 8 = 1.25 and batch 2 loses
+    (2.5 x 4 / 16 = 0.62); a draft of a quarter of the weights adds K x 1 ms at batch 1 and 2 (2.5 x 4 / 11 = 0.91,
+    2.5 x 4 / 19 = 0.53)."""
+    shape = {"params": 1e6, "bytes_per_param": 4}
+    inputs = {"hardware": {"name": "cpu", "memory_bandwidth": 1e9, "peak_flops": 1e9, "memory_bytes": 1e9},
+              "threads": 1, "when": "a test", "workloads": {"pair": {"target": shape, "context": 0,
+                                                                       "draft": shape | {"params": 2.5e5}}}}
+    kw = dict(mode="static", mean_acceptance_length=2.5, mean_k=3.0)
+    rows = [row(e, s, B, 0.01, thr, **kw) for e in ("minispec", "vllm") for s, B, thr in (
+        ("plain", 1, 100), ("draft", 1, 150), ("plain", 2, 180), ("draft", 2, 90), ("ngram", 1, 120), ("ngram", 2, 90))]
+    head, draft, ngram = vs_vllm_report.roofline(rows, inputs)
+    assert "1.0 GB/s, 1 GFLOP/s at 1 thread(s), a test" in head
+    assert draft.startswith("pair, draft: batch 1: 0.91 predicted (E 2.50, K 3.00), measured minispec 1.50, vLLM 1.50")
+    assert "batch 2: 0.53 predicted" in draft and draft.endswith("predicted to stop paying from batch 1")
+    assert ngram.startswith("pair, ngram: batch 1: 1.25 predicted") and "batch 2: 0.62 predicted" in ngram
+    assert ngram.endswith("predicted to stop paying from batch 2")
+    assert vs_vllm_report.roofline(rows, {}) == []
+
+
 def replace_setting(r):
     return r | {"setting": "draft, K table", "tpot_p50_s": r["tpot_p50_s"] / 2, "mean_k": 3.0}
 
@@ -155,11 +176,13 @@ def test_the_minispec_side_end_to_end_writes_rows_table_and_plot(tmp_path, monke
     lines = (tmp_path / "vs.jsonl").read_text().splitlines()
     meta = json.loads(lines[0])["meta"]
     assert meta["threads"] == 1 and meta["config"]["seeds"] == [0, 1] and "git_revision" in meta
+    assert meta["roofline"]["hardware"]["peak_flops"] > 0 and meta["roofline"]["workloads"]["pair"]["draft"]
     assert [(r["setting"], r["mode"], r["engine"]) for r in map(json.loads, lines[1:])] == [
         (r["setting"], r["mode"], r["engine"]) for r in rows]
     text = (tmp_path / "vs.txt").read_text()
     assert "Under Poisson load" in text and "Goodput (DistServe)" in text and "Static batches" in text
     assert "Where speculation stops paying" in text and "Load average" in text and (tmp_path / "vs.png").stat().st_size
+    assert "roofline on this CPU's ceilings" in text and "pair, draft: batch 1:" in text
     (tmp_path / "vs.txt").unlink()
     assert vs_vllm.redraw(tmp_path / "vs.jsonl") == text == (tmp_path / "vs.txt").read_text()  # from the .jsonl
     kt = (tmp_path / "vllm_k_table.txt").read_text()
