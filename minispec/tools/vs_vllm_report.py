@@ -12,6 +12,7 @@ acceptance and SLOs met, worse on TTFT and TPOT.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -25,6 +26,8 @@ from pathlib import Path
 import torch
 
 from minispec.decoding.stats import percentile
+from minispec.roofline import ModelShape, step_time
+from minispec.roofline.hardware import Hardware
 from minispec.tools.bench import environment, text_table
 from minispec.tools.vllm_side import versions
 
@@ -236,6 +239,55 @@ def crossover(rows: list[dict], attainment: float) -> list[str]:
     return lines
 
 
+def predicted_ratio(B: float, E: float, K: float, hardware: Hardware, target: ModelShape, draft: ModelShape | None,
+                    context: float) -> float:
+    """The roofline's speculative / plain throughput at batch B: E tokens per row for a pass over 1 + K tokens per
+    row plus K passes of the draft (None: a free draft), against one token per row for one pass."""
+    draft_s = 0.0 if draft is None else K * step_time(B, 1, hardware, draft, context)
+    return E * step_time(B, 1, hardware, target, context) / (step_time(B, 1 + K, hardware, target, context) + draft_s)
+
+
+def roofline(rows: list[dict], inputs: dict) -> list[str]:
+    """The roofline's speculative / plain throughput at each static batch, beside the measured one: per workload and
+    speculative setting, this CPU's calibrated ceilings (``inputs["hardware"]``), the workload's shapes and mean
+    context (``inputs["workloads"]``), and minispec's measured acceptance length E and draft tokens K per draft at
+    that batch: E x t(B, 1) / (t(B, 1 + K) + K x t_draft(B, 1)), prompt lookup's draft free. Then the first batch
+    (powers of two to 4,096, E and K of the largest batch measured) at which it predicts a loss."""
+    if not inputs:
+        return []
+    hw = Hardware(**inputs["hardware"])
+    lines, stat = [], grouped(rows, "static")
+    head = (f"roofline on this CPU's ceilings ({hw.memory_bandwidth / 1e9:.1f} GB/s, {hw.peak_flops / 1e9:.0f} "
+            f"GFLOP/s at {inputs['threads']} thread(s), {inputs['when']}) with minispec's measured acceptance:")
+    for w, setting in dict.fromkeys((r["workload"], r["setting"]) for r in rows
+                                    if r["mode"] == "static" and r["setting"] != "plain"):
+        shapes = inputs["workloads"].get(w)
+        if shapes is None:
+            continue
+        target, ctx = ModelShape(**shapes["target"]), shapes["context"]
+        draft = None if shapes["draft"] is None or setting == "ngram" else ModelShape(**shapes["draft"])
+        predicted = functools.partial(predicted_ratio, hardware=hw, target=target, draft=draft, context=ctx)
+        points = []
+        for (w2, s2, B), by in stat.items():
+            m = by.get("minispec", []) if (w2, s2) == (w, setting) else []
+            E, K = _med(m, "mean_acceptance_length"), _med(m, "mean_k")
+            if E is None or K is None:
+                continue
+            plain = {e: _med(stat.get((w, "plain", B), {}).get(e, []), "throughput") for e in ("minispec", "vllm")}
+            seen = {e: _med(by.get(e, []), "throughput") for e in ("minispec", "vllm")}
+            points.append((B, E, K, predicted(B, E, K), *(seen[e] / plain[e] if seen[e] and plain[e] else None
+                                                           for e in ("minispec", "vllm"))))
+        if not points:
+            continue
+        *_, (_, E, K, *_) = sorted(points)
+        stops = next((B for B in (2 ** i for i in range(13)) if predicted(B, E, K) < 1), None)
+        lines.append(f"{w}, {setting}: " + ", ".join(
+            f"batch {B}: {x:.2f} predicted (E {E:.2f}, K {K:.2f}), measured minispec {_fmt(a)}, vLLM {_fmt(b)}"
+            for B, E, K, x, a, b in sorted(points))
+            + (f" -> predicted to stop paying from batch {stops}" if stops else " -> predicted to pay to batch 4,096"))
+    return [head, *lines] if lines else []
+
+
 def text(rows: list[dict], cfg, meta: dict | None = None) -> str:
     """The whole report as text."""
     slos = "; ".join(f"{w}: TTFT <= {cfg.slo_of(w)[0]:g} s, TPOT <= {1e3 * cfg.slo_of(w)[1]:g} ms"
@@ -249,6 +301,8 @@ def text(rows: list[dict], cfg, meta: dict | None = None) -> str:
         parts += [f"\nStatic batches (all requests at t = 0, rounds of B, at least {cfg.static_min} requests):",
                   static_table(rows)]
     parts += ["\nWhere speculation stops paying (measured):", *crossover(rows, cfg.attainment)]
+    if meta and meta.get("roofline"):
+        parts += ["", *roofline(rows, meta["roofline"])]
     both = [r for r in rows if "tokens_equal" in r and r["engine"] == "minispec"]
     if both:
         pairs = paired(rows)
