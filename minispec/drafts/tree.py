@@ -12,7 +12,6 @@ import torch
 from minispec.decoding.sampling import DRAFT, PointMass, probabilities, sample
 from minispec.decoding.tree import MAX_NODES, Tree, ancestors, static_tree
 from minispec.drafts.base import Draft, DraftRun, Proposal
-from minispec.drafts.lookup import PromptLookupDraft
 from minispec.drafts.model import as_draft
 from minispec.model.llama import TreeMask
 
@@ -62,7 +61,7 @@ class TreeDraft(Draft):
                  budget: int | None = None, depth: int | None = None, topk: int = 4):
         parents = check_tree(branching, paths, budget, depth, topk)  # the shape first: nothing else is built yet
         self.draft = draft if isinstance(draft, Draft) else as_draft(draft)
-        if isinstance(self.draft, (PromptLookupDraft, TreeDraft)):
+        if isinstance(self.draft, TreeDraft) or self.draft.shape is None:  # text drafts (lookup, suffix): no model
             raise ValueError(f"a TreeDraft grows its tree with a draft model; got {type(self.draft).__name__}")
         if parents is None:
             self.parents, self.budget, self.depth, self.topk = None, budget, depth, topk

@@ -216,9 +216,13 @@ def test_bad_trees_are_named(pair, kw, message):
         TreeDraft(pair[1], **kw)
 
 
-def test_a_tree_needs_a_draft_model(pair):
-    with pytest.raises(ValueError, match="draft model"):
-        TreeDraft(minispec.PromptLookupDraft(), branching=(2,))
+@pytest.mark.parametrize("make", [lambda d: minispec.PromptLookupDraft(), lambda d: minispec.SuffixDraft(),
+                                  lambda d: TreeDraft(d, branching=(2,))], ids=["lookup", "suffix", "tree"])
+def test_a_tree_needs_a_draft_model(pair, make):
+    """A text draft (prompt lookup, suffix decoding) or another tree is refused when the tree is built, not when its
+    first step asks the draft for logits it has none of."""
+    with pytest.raises(ValueError, match="grows its tree with a draft model"):
+        TreeDraft(make(pair[1]), branching=(2,))
 
 
 def test_the_greedy_shortcut_is_the_walk_with_one_hot_p():

@@ -50,6 +50,8 @@ def test_a_tree_says_what_it_is(pair):
         "4 nodes)"
     assert repr(TreeDraft(draft, paths=[(0,), (1,)])) == f"TreeDraft({minispec.ModelDraft(draft)!r}, " \
         "paths=[(0,), (1,)], 2 nodes)"
+    millions = sum(p.numel() for p in draft.parameters()) / 1e6  # the draft model's own count, in millions
+    assert repr(minispec.ModelDraft(draft)) == f"ModelDraft({millions:.3g}M parameters)"
 
 
 def test_a_tree_at_the_cap_is_built():
@@ -141,3 +143,11 @@ def test_a_dynamic_tree_expands_the_k_candidates_of_highest_cumulative_log_q_at_
                 assert all(set(e) == set(s) for e, s in zip(expanded.tolist(),
                                                             scores[i - 1].topk(k, -1).indices.tolist()))
             assert (scores[i] <= scores[i - 1].gather(1, parents[i])).all()  # a child never scores above its parent
+
+
+def test_a_static_tree_reserves_one_kv_slot_per_node(pair):
+    """A row verifying a static tree takes one lookahead slot per node and no more (the engine reserves blocks by
+    it): Medusa-style paths with one wide level have 7 nodes, where a dynamic tree of that depth and top-k would feed
+    (depth - 1) x topk = 12."""
+    tree = TreeDraft(pair[1], paths=[(0, 0, 0, 0), (1,), (2,), (3,)])
+    assert (tree.budget, tree.depth, tree.topk) == (7, 4, 4) and tree.width(4) == 7
