@@ -208,7 +208,10 @@ def test_static_tree_shapes():
     (dict(paths=[(True,)]), "child ranks >= 0"),
     (dict(paths=[(0.0,)]), "child ranks >= 0"),
     (dict(branching=(2,), budget=4, depth=2), "not both"),
-    (dict(budget=0, depth=2), "budget"),
+    (dict(budget=0, depth=2), "^budget must be an integer >= 1, got 0$"),
+    (dict(budget=4, depth=2, topk=0), "^topk must be an integer >= 1, got 0$"),
+    (dict(budget=4), "^depth must be an integer >= 1, got None$"),  # half a dynamic tree is not a static one
+    (dict(depth=3), "^budget must be an integer >= 1, got None$"),
     (dict(), "exactly one"),
 ])
 def test_bad_trees_are_named(pair, kw, message):

@@ -10,8 +10,11 @@ from tests.support import random_model
 
 SMALL = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
              max_position_embeddings=128)
-LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-               "high_freq_factor": 4.0, "original_max_position_embeddings": 16}
+# Llama 3's scaling with every band in use at head_dim 16: wavelengths 6.3 (kept), 32 (smoothed, inside [100 / 4,
+# 100 / 2]; a frequency that is not 1, so scaled * and / differ), 167 and up (divided by the factor); low_freq_factor
+# 2, not Llama 3's 1, so that old / lo and old * lo differ too
+LLAMA3_ROPE = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 2.0,
+               "high_freq_factor": 4.0, "original_max_position_embeddings": 100}
 CASES = {
     "llama-gqa-tied-llama3rope": (LlamaForCausalLM, LlamaConfig(**SMALL, num_key_value_heads=2,
                                                                 tie_word_embeddings=True, rope_parameters=LLAMA3_ROPE)),
