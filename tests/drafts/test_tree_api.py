@@ -8,6 +8,7 @@ import minispec
 from minispec import TreeDraft
 from minispec.decoding.tree import MAX_NODES, static_tree, tree_nodes
 from minispec.drafts.tree import _TreeRun, check_tree
+from tests.support import Scripted
 
 PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], [12], [13, 14, 15, 16, 17]]
 
@@ -18,6 +19,7 @@ PROMPTS = [[1, 2, 3], [4, 5, 6, 7, 8, 9, 10, 11], [12], [13, 14, 15, 16, 17]]
     (dict(paths=[(i,) for i in range(MAX_NODES + 1)]), "1,025 nodes"),
     (dict(budget=MAX_NODES + 1, depth=2), "verifies 1,025 nodes"),
     (dict(budget=16, depth=300, topk=4), "feeds the draft 1,196 nodes"),
+    (dict(budget=MAX_NODES, depth=3, topk=513), "feeds the draft 1,026 nodes"),  # a budget at the cap is allowed
 ])
 def test_a_tree_over_the_cap_is_refused_with_its_node_count(pair, kw, nodes):
     """Before: branching=(64, 64, 64) was accepted and ran for more than 13 minutes."""
@@ -25,6 +27,13 @@ def test_a_tree_over_the_cap_is_refused_with_its_node_count(pair, kw, nodes):
         TreeDraft(pair[1], **kw)
     with pytest.raises(ValueError, match=nodes):
         check_tree(**kw)
+
+
+def test_the_smallest_trees_are_allowed(pair):
+    """A dynamic tree of one node at depth 1 with one child per node, and a static tree of one node: legal, if
+    useless (each is a chain of one)."""
+    assert check_tree(budget=1, depth=1, topk=1) is None and check_tree(branching=(1,)) == [0]
+    TreeDraft(pair[1], budget=1, depth=1, topk=1)
 
 
 def test_the_refusal_names_the_tree():
@@ -151,3 +160,32 @@ def test_a_static_tree_reserves_one_kv_slot_per_node(pair):
     (depth - 1) x topk = 12."""
     tree = TreeDraft(pair[1], paths=[(0, 0, 0, 0), (1,), (2,), (3,)])
     assert (tree.budget, tree.depth, tree.topk) == (7, 4, 4) and tree.width(4) == 7
+
+
+class Lags(minispec.ModelDraft):
+    """Records how many tokens each catch-up of the draft model re-reads."""
+
+    def start(self, target, state, sampler, features=None):
+        run, lags = super().start(target, state, sampler, features), self.lags
+        catch_up = run.catch_up
+
+        def recorded(state):
+            lags.append(run.lag)
+            return catch_up(state)
+
+        run.catch_up = recorded
+        return run
+
+
+def test_a_draft_model_rereads_two_tokens_after_a_speculative_step_and_one_more_per_plain_step(pair):
+    """After a speculative step the draft re-reads the last 2 tokens (its last accepted one may never have been fed,
+    and the target's own token is new; the rest it wrote while drafting); each plain step adds one. More would be
+    the same tokens at more cost, fewer a stale cache. And its last position is usable, one more is refused."""
+    target, draft = pair
+    d = Lags(draft)
+    d.lags = []
+    minispec.speculative_generate(target, d, [[1, 2, 3]], gamma=Scripted([4, 0, 3]), max_new_tokens=20)
+    assert d.lags[:4] == [2, 2 + 1, 2, 2 + 1]  # the script 4, 0, 3 twice: no catch-up in the plain steps
+    with pytest.raises(ValueError, match="maximum length of 256 positions"):
+        d.check(target, 257)
+    d.check(target, 256)  # the draft's last position is usable
