@@ -170,3 +170,12 @@ def test_config_json_is_read_as_transformers_reads_it(raw):
         raw["architectures"][0]], **{k: v for k, v in raw.items() if k != "architectures"})
     theirs.architectures = raw["architectures"]
     assert config_from_hf(raw) == config_from_hf(theirs)
+
+
+def test_a_compiled_model_makes_static_caches_unless_told_otherwise():
+    """compile() fixes shapes, so the caches a compiled model makes attend over all their slots (static); a plain
+    model's are trimmed to the longest row; static= overrides either."""
+    model = random_model(seed=0)
+    assert not model.new_cache(1, 8).static and model.new_cache(1, 8, static=True).static
+    model.compile()  # wraps forward; nothing compiles until a call
+    assert model.new_cache(1, 8).static and not model.new_cache(1, 8, static=False).static
