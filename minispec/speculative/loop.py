@@ -128,7 +128,7 @@ def speculative_generate(target: Model, draft, prompts, gamma: int | str | Gamma
     state = DecodeState(prompts, max_new_tokens, eos, target.device, slack=draft.width(G) + 1)
     draft.check(target, state.slots - draft.width(G) - 1)
     if policy is None:  # validated above; now the device's ceilings (a preset, or one calibration per process)
-        policy = gamma_policy("auto", target, draft)
+        policy = gamma_policy("auto", target, draft, stacklevel=4)  # past speculative_generate and inference_mode
     policy.start()
     sampler = Sampler(SamplingParams(temperature, top_k, top_p), seed, state.batch_size, target.device)
     timeline, timer = Timeline(), PhaseTimer(target.device)
@@ -224,18 +224,18 @@ def _tree_of(draft) -> dict:
     return {"budget": draft.budget, "topk": draft.topk}
 
 
-def gamma_policy(gamma, target: Model, draft) -> GammaPolicy:
+def gamma_policy(gamma, target: Model, draft, stacklevel: int = 3) -> GammaPolicy:
     """The policy for ``gamma`` (an int: fixed; a GammaPolicy: itself), and for "auto" the roofline policy for this
     target and draft on this device's preset or calibration (measured once per process, with a warning the first
     time): a chain's, or for a tree draft the one that prices its nodes, up to the tree's own depth. The loop and the
-    engine both build it here."""
+    engine both build it here; ``stacklevel`` points the warning at their caller's line."""
     policy = _policy(gamma)
     if policy is not None:
         return policy
     if preset_for(target.device) is None and not is_calibrated(target.device, target.dtype):
         warnings.warn(f"gamma='auto' measures {target.device}'s bandwidth and FLOP/s once for this process "
                       "(about a second); call minispec.roofline.hardware.calibrate() beforehand to do it up front",
-                      stacklevel=3)  # the line that called speculative_generate or built the Engine
+                      stacklevel=stacklevel)
     G = min(AUTO_GAMMA_MAX, draft.depth) if isinstance(draft, TreeDraft) else AUTO_GAMMA_MAX  # a tree goes no deeper
     return auto_policy(ModelShape.from_model(target), draft.shape, device_hardware(target.device, target.dtype),
                        gamma_max=G, **_tree_of(draft))
