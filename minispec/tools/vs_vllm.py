@@ -35,7 +35,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -43,12 +43,19 @@ import torch
 from minispec.drafts.lookup import PromptLookupDraft
 from minispec.engine import Engine, Request
 from minispec.model.load import resolve
-from minispec.roofline import ModelShape
-from minispec.roofline.hardware import calibrate
 from minispec.roofline.policy import BatchTablePolicy
 from minispec.tools import vs_vllm_report as report
 from minispec.tools.vllm_side import Served, VllmServer, VllmSettings, available, cpu_seconds
-from minispec.tools.vs_vllm_workload import LENGTHS, Job, jobs, minispec_engines, static_jobs, vllm_spec, workload
+from minispec.tools.vs_vllm_workload import (
+    Job,
+    jobs,
+    metadata,
+    minispec_engines,
+    roofline_inputs,
+    static_jobs,
+    vllm_spec,
+    workload,
+)
 
 
 @dataclass(frozen=True)
@@ -151,7 +158,7 @@ def run(cfg: VsConfig, out: str | Path | None = "results/cpu/vs_vllm", progress=
     if "vllm" in cfg.engines and (why := available()) is not None:
         raise ValueError(why + " (or pass --engines minispec)")
     table = k_table(cfg, progress)
-    meta = report.metadata(cfg) | {"k_table": table, "roofline": roofline_inputs(cfg, "calibrated at the run's start")}
+    meta = metadata(cfg) | {"k_table": table, "roofline": roofline_inputs(cfg, "calibrated at the run's start")}
     out = None if out is None else Path(out)
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -285,27 +292,6 @@ def config_from_meta(meta: dict) -> VsConfig:
     d = {k: ({w: tup(x) for w, x in v.items()} if isinstance(v, dict) and k != "vllm" else tup(v))
          for k, v in d.items()}
     return VsConfig(**d | {"vllm": VllmSettings(**d["vllm"])})
-
-
-def roofline_inputs(cfg, when: str) -> dict:
-    """What the report's roofline lines take: this CPU's ceilings, calibrated in float32 at ``cfg.threads`` torch
-    threads, and per workload the float32 shapes of its target and draft model and its mean context (the middle of
-    its prompt lengths plus half the middle of its output lengths)."""
-    shape = lambda name: asdict(ModelShape.from_config(json.loads((resolve(name) / "config.json").read_text()), 4))  # noqa: E731
-    names = {"smollm2": ("smollm2-135m-instruct", None), "pair": ("tiny-code-target", "tiny-code-draft")}
-    workloads = {}
-    for w in cfg.workloads:
-        (p0, p1), (o0, o1) = LENGTHS[w]
-        target, draft = names[w]
-        workloads[w] = {"target": shape(target), "draft": None if draft is None else shape(draft),
-                        "context": (p0 + p1) / 2 + (o0 + o1) / 4}
-    threads = torch.get_num_threads()
-    torch.set_num_threads(cfg.threads)
-    try:
-        hw = calibrate("cpu", torch.float32)
-    finally:
-        torch.set_num_threads(threads)
-    return {"hardware": asdict(hw), "threads": cfg.threads, "when": when, "workloads": workloads}
 
 
 def redraw(path: str | Path) -> str:

@@ -15,21 +15,13 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
-import platform
 import statistics
-import sys
-import time
-from dataclasses import asdict
 from pathlib import Path
-
-import torch
 
 from minispec.decoding.stats import percentile
 from minispec.roofline import ModelShape, step_time
 from minispec.roofline.hardware import Hardware
-from minispec.tools.bench import environment, text_table
-from minispec.tools.vllm_side import versions
+from minispec.tools.bench import text_table
 
 NAN = float("nan")
 
@@ -424,24 +416,3 @@ def progress_line(r: dict) -> str:
     slo = f", SLOs {r['slo_met']:.0%}" if "slo_met" in r else ""
     return (f"{r['workload']} {r['setting']:>14} {r['engine']:>8} {at}: TPOT p50 {_fmt(r['tpot_p50_s'], 1e3, '{:.1f}')}"
             f" ms, {r['throughput']:.0f} tok/s{acc}{slo} ({r['wall_s']:.0f} s, load {r['loadavg_before']:.1f})")
-
-
-def metadata(cfg) -> dict:
-    """What the run needs to be reproduced: commit, machine, threads, versions, load, settings, the command."""
-    env = environment(torch.device("cpu"), torch.float32)
-    meta = {"git_revision": env["git_revision"], "torch": env["torch"], "python": env["python"],
-            "hardware": env["hardware"], "cpu": processor(), "cores": os.cpu_count(), "platform": platform.platform(),
-            "threads": cfg.threads, "loadavg_start": os.getloadavg(), "argv": sys.argv,
-            "vllm_env": cfg.vllm.environment() if "vllm" in cfg.engines else None,
-            "config": json.loads(json.dumps(asdict(cfg), default=str)),
-            "started": time.strftime("%Y-%m-%d %H:%M:%S %z")} | versions()
-    meta["id"] = f"{meta['git_revision']}@{meta['started']}"
-    return meta
-
-
-def processor() -> str:
-    """The CPU's model name (Linux), else the platform's."""
-    try:
-        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()

@@ -6,20 +6,31 @@ on windows of the same code as byte token ids (:func:`code_prompts`). :func:`job
 sequence (prompt, output length, unit arrival gap, sampling seed) once; a rate only scales its arrivals.
 The settings: plain decoding; prompt lookup (SmolLM2) or the draft model (the pair) with K draft tokens a step;
 and, given vLLM's batch-size table, the same draft with K from the table (:func:`minispec_engines`,
-:func:`vllm_spec`: minispec's engines and vLLM's ``speculative_config`` for the same setting).
+:func:`vllm_spec`: minispec's engines and vLLM's ``speculative_config`` for the same setting). A run's record:
+:func:`metadata` (commit, machine, versions, the command) and :func:`roofline_inputs` (this CPU's ceilings and the
+workloads' shapes, for the report's roofline lines).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import platform
 import random
-from dataclasses import dataclass, replace
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
 
 import torch
 
 from minispec.drafts.lookup import PromptLookupDraft
 from minispec.engine import Engine
 from minispec.model.load import load, resolve, sample_text
+from minispec.roofline import ModelShape
+from minispec.roofline.hardware import calibrate
 from minispec.roofline.policy import BatchTablePolicy
+from minispec.tools.bench import environment
+from minispec.tools.vllm_side import versions
 
 
 @dataclass(frozen=True)
@@ -140,3 +151,47 @@ def vllm_spec(w: dict, setting: str, cfg, table: dict | None) -> dict | None:
         spec |= {"num_speculative_tokens": table["num_speculative_tokens"],
                  "num_speculative_tokens_per_batch_size": table["num_speculative_tokens_per_batch_size"]}
     return spec
+
+
+# --- the run's record: what reproduces it, and what the report's roofline lines take ----------------------------
+
+def metadata(cfg) -> dict:
+    """What the run needs to be reproduced: commit, machine, threads, versions, load, settings, the command."""
+    env = environment(torch.device("cpu"), torch.float32)
+    meta = {"git_revision": env["git_revision"], "torch": env["torch"], "python": env["python"],
+            "hardware": env["hardware"], "cpu": processor(), "cores": os.cpu_count(), "platform": platform.platform(),
+            "threads": cfg.threads, "loadavg_start": os.getloadavg(), "argv": sys.argv,
+            "vllm_env": cfg.vllm.environment() if "vllm" in cfg.engines else None,
+            "config": json.loads(json.dumps(asdict(cfg), default=str)),
+            "started": time.strftime("%Y-%m-%d %H:%M:%S %z")} | versions()
+    meta["id"] = f"{meta['git_revision']}@{meta['started']}"
+    return meta
+
+
+def processor() -> str:
+    """The CPU's model name (Linux), else the platform's."""
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
+def roofline_inputs(cfg, when: str) -> dict:
+    """What the report's roofline lines take: this CPU's ceilings, calibrated in float32 at ``cfg.threads`` torch
+    threads, and per workload the float32 shapes of its target and draft model and its mean context (the middle of
+    its prompt lengths plus half the middle of its output lengths)."""
+    shape = lambda name: asdict(ModelShape.from_config(json.loads((resolve(name) / "config.json").read_text()), 4))  # noqa: E731
+    names = {"smollm2": ("smollm2-135m-instruct", None), "pair": ("tiny-code-target", "tiny-code-draft")}
+    workloads = {}
+    for w in cfg.workloads:
+        (p0, p1), (o0, o1) = LENGTHS[w]
+        target, draft = names[w]
+        workloads[w] = {"target": shape(target), "draft": None if draft is None else shape(draft),
+                        "context": (p0 + p1) / 2 + (o0 + o1) / 4}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(cfg.threads)
+    try:
+        hw = calibrate("cpu", torch.float32)
+    finally:
+        torch.set_num_threads(threads)
+    return {"hardware": asdict(hw), "threads": cfg.threads, "when": when, "workloads": workloads}
