@@ -77,6 +77,14 @@ class BenchConfig:
             SyntheticAcceptance(self.accept_rate)  # raises on a rate outside [0, 1]
 
 
+def processor() -> str:
+    """The CPU's model name (Linux), else the platform's."""
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def environment(device: torch.device, dtype: torch.dtype) -> dict:
     """What a result row needs to be reproduced: hardware, dtype, versions, git revision."""
     try:

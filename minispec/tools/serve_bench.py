@@ -38,7 +38,7 @@ from minispec.roofline import expected_tokens, vllm_config_from_speedup
 from minispec.roofline.policy import BatchTablePolicy, GammaPolicy
 from minispec.serving import EngineSteps, Lengths, Scheduler, Traffic, Workload, conditional, poisson_requests, simulate
 from minispec.speculative.loop import gamma_policy
-from minispec.tools.bench import environment
+from minispec.tools.bench import environment, processor
 
 # the report's names, re-exported too: the lessons read the report, the plot and the goodput from here
 from minispec.tools.serve_report import TABLE_SOURCE, goodput_rate, goodput_text, plot, report  # noqa: F401
@@ -228,15 +228,6 @@ def simulated(measured: list[dict], cfg: LoadConfig, text: list[int], speculatio
     return rows
 
 
-def _processor() -> str:
-    """The CPU's model name (Linux), else the platform's."""
-    import platform
-    try:
-        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
-
-
 def serve_bench(target, settings: dict[str, dict], cfg: LoadConfig, text: list[int], out: str | Path | None = None,
                 simulate_too: bool = True, progress=print) -> list[dict]:
     """Measure ``settings`` (name -> Engine keyword arguments: draft, gamma; gamma "table" for vLLM's batch-size
@@ -295,7 +286,7 @@ def serve_bench(target, settings: dict[str, dict], cfg: LoadConfig, text: list[i
         env = environment(target.device, target.dtype)
         loads = [r["loadavg_before"] for r in rows if "loadavg_before" in r]
         out.with_suffix(".txt").write_text(
-            f"{report(rows, cfg)}\nLoad: {json.dumps(asdict(cfg), default=str)}\nMachine: {_processor()} "
+            f"{report(rows, cfg)}\nLoad: {json.dumps(asdict(cfg), default=str)}\nMachine: {processor()} "
             f"({env['hardware']}), "
             f"{torch.get_num_threads()} threads, {env['dtype']}, git {env['git_revision']}, torch {env['torch']}; "
             f"load average {min(loads):.1f}-{max(loads):.1f} during the sweep\n")

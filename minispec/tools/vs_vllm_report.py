@@ -261,9 +261,8 @@ def roofline(rows: list[dict], inputs: dict) -> list[str]:
         predicted = functools.partial(predicted_ratio, hardware=hw, target=target, draft=draft, context=ctx)
         points = []
         for (w2, s2, B), by in stat.items():
-            m = by.get("minispec", []) if (w2, s2) == (w, setting) else []
-            E, K = _med(m, "mean_acceptance_length"), _med(m, "mean_k")
-            if E is None or K is None:
+            E, K = (_med(by.get("minispec", []), k) for k in ("mean_acceptance_length", "mean_k"))
+            if (w2, s2) != (w, setting) or E is None or K is None:
                 continue
             plain = {e: _med(stat.get((w, "plain", B), {}).get(e, []), "throughput") for e in ("minispec", "vllm")}
             seen = {e: _med(by.get(e, []), "throughput") for e in ("minispec", "vllm")}

@@ -29,7 +29,7 @@ from minispec.model.load import load, resolve, sample_text
 from minispec.roofline import ModelShape
 from minispec.roofline.hardware import calibrate
 from minispec.roofline.policy import BatchTablePolicy
-from minispec.tools.bench import environment
+from minispec.tools.bench import environment, processor
 from minispec.tools.vllm_side import versions
 
 
@@ -166,14 +166,6 @@ def metadata(cfg) -> dict:
             "started": time.strftime("%Y-%m-%d %H:%M:%S %z")} | versions()
     meta["id"] = f"{meta['git_revision']}@{meta['started']}"
     return meta
-
-
-def processor() -> str:
-    """The CPU's model name (Linux), else the platform's."""
-    try:
-        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 def roofline_inputs(cfg, when: str) -> dict:
