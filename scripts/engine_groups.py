@@ -1,6 +1,8 @@
 """How the engine groups its decoding rows for attention, measured: one group against groups of similar length.
 
     PYTHONPATH=. python scripts/engine_groups.py [--costs 1e15,262144,1048576,4194304] [--out FILE]
+    PYTHONPATH=. python scripts/engine_groups.py --costs 262144 --attention gather,views \
+        --out results/cpu/engine_views.txt
 
 A group of decoding rows reads R x its longest row's slots of keys and values each layer
 (:func:`minispec.engine.attention.by_length`), so one group of rows 64 and 600 tokens long pads the short ones to
@@ -8,11 +10,14 @@ A group of decoding rows reads R x its longest row's slots of keys and values ea
 values read, :func:`minispec.engine.attention.group_cost`; 1e15: always one group) serves the same static batch
 through the engine, rounds alternated in one process: SmolLM2-135M-Instruct (float32, the vs-vllm workload's
 prompts of 64-512 tokens) at batch 32, the embedded pair plain at 32 and with its draft model at 8. Every run's
-tokens must equal the first's. One torch thread. Writes results/cpu/engine_groups.txt.
+tokens must equal the first's. One torch thread. Writes results/cpu/engine_groups.txt. ``--attention`` crosses the
+costs with the engine's attention paths (``views``: rows read in place where their blocks are one run), and the
+table adds the decoding steps' seconds (steps with no prefill chunk), where attention's share is largest.
 """
 
 import argparse
 import os
+import statistics
 import subprocess
 import time
 from dataclasses import replace
@@ -29,39 +34,42 @@ CASES = (("smollm2", 32, "plain"), ("pair", 32, "plain"), ("pair", 8, "draft"))
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--costs", default="1e15,262144,1048576,4194304")
+    ap.add_argument("--attention", default="gather", help="attention paths, e.g. gather,views")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="results/cpu/engine_groups.txt")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    costs = [int(float(c)) for c in args.costs.split(",")]
+    knobs = [(int(float(c)), a) for c in args.costs.split(",") for a in args.attention.split(",")]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     lines = [f"# engine attention groups: output tok/s of one static batch per cost (rounds alternated); torch "
              f"{torch.__version__}, 1 thread, commit {commit}, load average before {os.getloadavg()[0]:.1f}", "",
-             "| workload | batch | setting | group bytes | tok/s per round | median | / one group |",
-             "| --- " * 7 + "|"]
+             "| workload | batch | setting | group bytes | attention | tok/s per round | median | / first row "
+             "| decoding steps s, median | / first row |", "| --- " * 10 + "|"]
     for name, B, setting in CASES:
         cfg = VsConfig(engines=("minispec",), static_min=B)
         w = workload(name)
         engine = minispec_engines(w, cfg, None)[setting]
         batch = static_jobs(w["prompts"], w["outputs"], B, cfg, w["eos"])[0]
         served_by_minispec(engine, [replace(j, max_new_tokens=8) for j in batch[:4]], False)  # first calls
-        first, rates = None, {c: [] for c in costs}
+        first, rates, decoding = None, {k: [] for k in knobs}, {k: [] for k in knobs}
         for _ in range(args.rounds):
-            for c in costs:
-                attention.GROUP_BYTES = c
+            for c, a in knobs:
+                attention.GROUP_BYTES, engine.runner.attention = c, a
                 t = time.perf_counter()
                 out, _ = served_by_minispec(engine, batch, False)
                 seconds = time.perf_counter() - t
                 tokens = [o.tokens for o in out]
                 if first is not None and tokens != first:
-                    raise RuntimeError(f"{name} {setting}: cost {c} changed the tokens")
+                    raise RuntimeError(f"{name} {setting}: cost {c}, attention {a} changed the tokens")
                 first = tokens
-                rates[c].append(sum(map(len, tokens)) / seconds)
-        base = sorted(rates[costs[0]])[len(rates[costs[0]]) // 2]
-        for c in costs:
-            med = sorted(rates[c])[len(rates[c]) // 2]
-            lines.append(f"| {name} | {B} | {setting} | {c} | {', '.join(f'{r:.0f}' for r in rates[c])} | {med:.0f} "
-                         f"| {med / base:.2f}x |")
+                rates[c, a].append(sum(map(len, tokens)) / seconds)
+                st = engine.stats
+                decoding[c, a].append(sum(s for s, p in zip(st.step_s, st.prefill_per_step) if p == 0))
+        base, dbase = statistics.median(rates[knobs[0]]), statistics.median(decoding[knobs[0]])
+        for c, a in knobs:
+            med, dmed = statistics.median(rates[c, a]), statistics.median(decoding[c, a])
+            lines.append(f"| {name} | {B} | {setting} | {c} | {a} | {', '.join(f'{r:.0f}' for r in rates[c, a])} | "
+                         f"{med:.0f} | {med / base:.2f}x | {dmed:.2f} | {dmed / dbase:.2f}x |")
             print(lines[-1], flush=True)
     lines.append(f"\nload average after {os.getloadavg()[0]:.1f}")
     with open(args.out, "w") as fh:

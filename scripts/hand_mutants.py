@@ -151,6 +151,12 @@ MUTANTS = {
     "engine runner: decoding rows attended as one group, padded to the longest": (
         "minispec/engine/runner.py", "for rows, width in by_length(S, group_cost(self.runner.pool)):",
         "for rows, width in [(list(range(len(S))), max(S))]:", [WORK, "-k", "first_chunk"], engine(SMALL)),
+    "engine blocks: a new row placed at the start of the longest free run (its neighbour's growth room taken)": (
+        "minispec/engine/blocks.py", "b = (run.start() + run.end()) // 2 if table or run.start() else 0",
+        "b = run.start()", ["tests/engine/test_engine_parts.py", "-k", "grow_into"], engine(SMALL)),
+    "engine attention: views copies every row (one run or not)": (
+        "minispec/engine/attention.py", "if sp is None:  # not one run", "if True:  # not one run",
+        ["tests/engine/test_engine_step.py", "-k", "views_read"], engine(SMALL, attention="'views'")),
     "loop: the target's cache never trimmed to the longest row (each step reads every slot written)": (
         "minispec/speculative/loop.py", "        t_cache.trim(end.longest)\n", "",
         ["tests/speculative/test_loop_counters.py", "-k", "longest_row"], speculative(SMALL)),

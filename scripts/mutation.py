@@ -67,6 +67,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "mutants" / "tree"  # the exported commit; mutmut's own folder is WORK / "mutants"
 RESULT = ROOT / "results" / "cpu" / "mutation.json"
 EQUIVALENT = ROOT / "scripts" / "mutation_equivalent.txt"
+EXTRA_TESTS = ROOT / "scripts" / "mutation_tests.txt"
 RECORD_EVERY_S = 600  # a running run rewrites the JSON this often
 MUTMUT = "3.8.1"  # the dev extra pins it: the private names below are this version's
 EXPORTED = ("minispec", "tests", "pyproject.toml")  # what the tests need of a commit
@@ -150,11 +151,22 @@ def generate(max_children: int) -> None:
 def run_mutants(names: list[str], max_children: int) -> None:
     """``mutmut run NAMES``: the named mutants, whatever verdicts they had. Each mutant's tests run quickest first
     (mutmut passes them in a set's order): a killed mutant then costs its quickest failing test, not a 30-second
-    statistical test that happened to come first. pytest runs node ids in the order given."""
-    from mutmut.__main__ import _run
+    statistical test that happened to come first. pytest runs node ids in the order given. mutmut's map from
+    functions to tests gets :data:`EXTRA_TESTS`' tests added (:func:`extra_tests`)."""
+    import mutmut.__main__ as main
+    from mutmut.__main__ import _run, get_module_from_key, mangled_name_from_mutant_name
     from mutmut.state import state
     from mutmut.workers.isolation import ForkServerRunner
 
+    collect, extra = main.collect_or_load_stats, extra_tests()
+
+    def collect_then_add(*args, **kwargs):
+        collect(*args, **kwargs)
+        for name in names:
+            module = get_module_from_key(name).replace(".", "/") + ".py"
+            state().tests_by_mangled_function_name[mangled_name_from_mutant_name(name)] |= extra.get(module, set())
+
+    main.collect_or_load_stats = collect_then_add
     submit = ForkServerRunner.submit
 
     def quickest_first(self, mutant_name, tests, cpu_time_limit, estimated_time):
@@ -167,6 +179,20 @@ def run_mutants(names: list[str], max_children: int) -> None:
 
 
 # --- which mutants: device arguments, the sample ---------------------------------------------------------------
+
+def extra_tests() -> dict[str, set[str]]:
+    """{module: tests} from :data:`EXTRA_TESTS`: tests that reach every function of a module but that mutmut's map
+    may not name. mutmut maps a function to the tests during which it ran, so a model or a draft built once by a
+    cached or module-scoped fixture is mapped to the first test that built it, and a mutant of its construction is
+    then tested against that test alone; the file also names tests outside ``pytest_add_cli_args_test_selection``.
+    Extra tests only add chances to fail: a kill they give is a real failing test."""
+    out = {}
+    for line in EXTRA_TESTS.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            module, *tests = line.split()
+            out.setdefault(module, set()).update(tests)
+    return out
+
 
 def torch_call(call: ast.Call) -> bool:
     """A call of a function in torch's namespace: ``torch.zeros(...)``, ``torch.nn.functional.pad(...)``."""

@@ -16,8 +16,13 @@ How the keys and values are read is the ``attention`` backend (:data:`ATTENTION`
           once, on a shared machine: results/cpu/engine_attention.txt)
   flex    FlexAttention over the whole pool with a block mask built from the tables (PyTorch's own route to
           paged attention: no copy; ``torch.compile`` it on a GPU, where it becomes one fused kernel)
+  views   row by row: a row whose blocks are one run of the pool (the block manager places rows so that they
+          mostly are, :mod:`minispec.engine.blocks`) is a *view* of it, (1, K, S, D) with no copy, and SDPA reads
+          it in place; any other row is copied as ``gather`` copies it. One SDPA call a row instead of one a group:
+          in this project's engine on its CPU no faster than the gather (results/cpu/engine_views.txt), so not the
+          default
 
-Both are tested equal to each other (logits within float tolerance, greedy tokens identical) on steps that
+All are tested equal to each other (logits within float tolerance, greedy tokens identical) on steps that
 mix prefill chunks, decoding rows, draft tokens and trees.
 """
 
@@ -31,7 +36,7 @@ import torch.nn.functional as F
 
 from minispec.engine.paged import PagedPool
 
-ATTENTION = ("gather", "flex")
+ATTENTION = ("gather", "flex", "views")
 GROUP_BYTES = 1 << 18  # what one more group of rows costs (its kernel calls each layer), in KV bytes read: by_length
 
 
@@ -46,18 +51,30 @@ class Group(NamedTuple):
     dest: torch.Tensor  # (M,) the step indices of the real queries, row by row
     keep: torch.Tensor  # (M,) where they are in the group's flattened (R T) queries
     fresh: slice | None = None  # a prompt's first chunk: its queries are the step's tokens [a, b) and its keys theirs
+    spans: tuple = ()  # per row, (its first physical slot, its slots) where its slots are one run of the pool, or None
 
 
 def group(query: torch.Tensor, valid: torch.Tensor, tables: torch.Tensor, masks: dict, block_size: int,
-          fresh: slice | None = None) -> Group:
+          fresh: slice | None = None, spans: tuple = ()) -> Group:
     """A :class:`Group` of rows: their queries (R, T) and validity, block tables (R, nb) and masks over S slots;
-    ``fresh``: the group is a prompt's first chunk, the step's tokens [a, b) (attended causally, nothing read)."""
+    ``fresh``: the group is a prompt's first chunk, the step's tokens [a, b) (attended causally, nothing read);
+    ``spans``: :func:`span` of each row (for ``views``)."""
     S = next(iter(masks.values())).shape[-1]
     logical = torch.arange(S, device=query.device)  # (S,)
     block = tables.gather(1, (logical // block_size).clamp_max(tables.shape[1] - 1).expand(len(tables), -1))  # (R, S)
     flat = valid.flatten()  # (R T,)
     return Group(query, valid, tables, masks, block * block_size + logical % block_size, query.flatten()[flat],
-                 flat.nonzero()[:, 0], fresh)
+                 flat.nonzero()[:, 0], fresh, spans)
+
+
+def span(table: list[int], slots: int, block_size: int) -> tuple[int, int] | None:
+    """(first physical slot, slots) of a row's first ``slots`` logical slots, read from its host block ``table``,
+    when they are one run of the pool; else None. Slots past the table are never visible and are left out."""
+    nb = min(-(-slots // block_size), len(table))
+    a = table[0] if table else 0
+    if table[:nb] != list(range(a, a + nb)):
+        return None
+    return a * block_size, min(slots, nb * block_size)
 
 
 def by_length(S: list[int], cost: int) -> list[tuple[list[int], int]]:
@@ -100,7 +117,7 @@ class PagedStep:
         if attention not in ATTENTION:
             raise ValueError(f"attention must be one of {ATTENTION}, got {attention!r}")
         self.pool, self.positions, self.slots, self.groups = pool, positions, slots, groups  # (1, N), (N,)
-        self.read = self._gather if attention == "gather" else self._flex
+        self.read = {"gather": self._gather, "flex": self._flex, "views": self._views}[attention]
         self.compiled = positions.device.type == "cuda" if compiled is None else compiled
         self._blocks = {}  # each (group, window)'s mask (gather) or block mask (flex), built once per step
 
@@ -137,6 +154,26 @@ class PagedStep:
             self._blocks[i, window] = g.masks[window].repeat(1, 1, G, 1)  # (R, 1, G T, S) the same for each head
         mask = self._blocks[i, window]
         y = F.scaled_dot_product_attention(q.reshape(R, H // G, G * T, D), k, v, attn_mask=mask)  # (R, K, G T, D)
+        return y.reshape(R, H, T, D)
+
+    def _views(self, layer, q, g, window, i):
+        """Row by row: a row of one run is a view of the pool, read in place (no copy); another is copied."""
+        R, H, T, D = q.shape
+        pk, pv = self.pool.k[layer], self.pool.v[layer]  # (P, K, D) each
+        K = pk.shape[1]
+        G = H // K
+        if (i, window) not in self._blocks:
+            self._blocks[i, window] = g.masks[window].repeat(1, 1, G, 1)  # (R, 1, G T, S)
+        mask, q = self._blocks[i, window], q.reshape(R, K, G * T, D)  # (R, 1, G T, S), (R, K, G T, D)
+        y = torch.empty_like(q)  # (R, K, G T, D)
+        for r, sp in enumerate(g.spans):
+            if sp is None:  # not one run: this row's slots copied, as the gather does
+                k, v, m = pk.index_select(0, g.read[r]), pv.index_select(0, g.read[r]), mask[r: r + 1]  # (S, K, D)
+            else:
+                (a, n), m = sp, None if T == 1 and window is None else mask[r: r + 1, ..., : sp[1]]  # a lone query
+                k, v = pk[a: a + n], pv[a: a + n]  # (n, K, D) views: a decode row's query sees all its n slots
+            y[r] = F.scaled_dot_product_attention(q[r: r + 1], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
+                                                  attn_mask=m)[0]  # (K, G T, D)
         return y.reshape(R, H, T, D)
 
     def _flex(self, layer, q, g, window, i):

@@ -136,7 +136,8 @@ class Engine:
     ``max_num_batched_tokens`` the target reads per step at most (prefill chunks plus 1 + K per decoding row).
     ``rule``: the accept rule, as in ``speculative_generate`` (benchmarks of random weights swap in a synthetic
     one; ``stats.synthetic`` says so). ``attention``: how the step reads the paged KV (``"gather"``, the reference,
-    or ``"flex"``, FlexAttention through the block tables; :mod:`minispec.engine.attention`). ``prepack``: run the
+    ``"flex"``, FlexAttention through the block tables, or ``"views"``, each row in place where its blocks are one
+    run of the pool; :mod:`minispec.engine.attention`). ``prepack``: run the
     target's (and a draft model's) linear layers through oneDNN with prepacked weights, as vLLM's CPU build does
     (:meth:`~minispec.model.llama.Model.prepack`: in place, 1.4-2.7x faster forwards here, the products equal up to
     float rounding); default on a CPU, a no-op elsewhere. Pass False to keep the model's own F.linear.

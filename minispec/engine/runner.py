@@ -34,7 +34,7 @@ from minispec.decoding.timing import PhaseTimer
 from minispec.decoding.tree import tree_mask
 from minispec.drafts.base import Draft, Proposal
 from minispec.drafts.tree import TreeDraft
-from minispec.engine.attention import PagedStep, by_length, group, group_cost
+from minispec.engine.attention import PagedStep, by_length, group, group_cost, span
 from minispec.engine.batch import DeviceRows
 from minispec.engine.drafting import Chunk, paged_draft
 from minispec.engine.paged import PagedPool
@@ -137,7 +137,8 @@ class ModelRunner:
             a = decoding + pre.offsets[i]  # the chunk's first token in the pass
             at = a + torch.arange(n, device=dev)  # (n,) the chunk's tokens in the pass
             groups.append(group(at[None], torch.ones_like(new, dtype=torch.bool), row, masks, bs,
-                                slice(a, a + n) if start == 0 else None))  # a first chunk attends to itself alone
+                                slice(a, a + n) if start == 0 else None,  # a first chunk attends to itself alone
+                                (span(pre.rows[i].block_table, start + n, bs),)))
             tokens.append(self.rows.tokens[r, start: start + n])
             positions.append(new[0])
             slots.append(row[0, new[0] // bs] * bs + new[0] % bs)
@@ -216,7 +217,8 @@ class _Decoding:
         for rows, width in by_length(S, group_cost(self.runner.pool)):
             i = torch.tensor(rows, device=self.new.device)  # (R,)
             out.append(group(self.query[i], self.valid[i], self.tables[i],
-                             {w: m[i, ..., :width] for w, m in masks.items()}, block_size))
+                             {w: m[i, ..., :width] for w, m in masks.items()}, block_size,
+                             spans=tuple(span(self.rows[r].block_table, S[r], block_size) for r in rows)))
         return out
 
     def finish(self, logits: torch.Tensor, h: torch.Tensor | None, rule) -> None:

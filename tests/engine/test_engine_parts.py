@@ -33,7 +33,33 @@ def test_blocks_grow_on_demand_and_rejected_lookahead_blocks_come_back():
     blocks.shrink(seq, 7)  # 2 of the 10 were accepted: the KV holds 7 slots, 2 blocks
     assert len(seq.block_table) == 2 and blocks.num_free == 4 and len(set(seq.block_table)) == 2
     blocks.release(seq)
-    assert seq.block_table == [] and sorted(blocks.free) == list(range(6))
+    assert seq.block_table == [] and blocks.free == list(range(6)) and blocks.num_free == 6
+
+
+def test_rows_grow_into_their_next_block_and_new_rows_start_in_the_middle_of_the_longest_free_run():
+    """Where blocks come from (the count is all the scheduler sees; the place decides whether a row is one run of the
+    pool, which ``views`` attention reads in place): a row takes the block after its last when it is free, else the
+    middle of the longest free run; a new row too, unless that run starts the pool."""
+    blocks = BlockManager(num_blocks=32, block_size=4)
+    a, b, c = Sequence(0, 10), Sequence(1, 10), Sequence(2, 10)
+    blocks.grow(a, 8)
+    blocks.grow(b, 8)
+    assert a.block_table == [0, 1] and b.block_table == [17, 18]  # a: the run [0, 32) starts the pool; b: [2, 32)
+    blocks.grow(a, 16)
+    blocks.grow(b, 16)
+    assert a.block_table == [0, 1, 2, 3] and b.block_table == [17, 18, 19, 20]  # each into its next block
+    blocks.grow(c, 12)
+    assert c.block_table == [10, 11, 12]  # the middle of [4, 17), 13 blocks against [21, 32)'s 11
+    blocks.release(a)
+    blocks.grow(a, 4)
+    assert a.block_table == [26]  # [21, 32) is now the longest (11 against [0, 10)'s 10)
+    blocks.grow(c, 28)
+    assert c.block_table == [10, 11, 12, 13, 14, 15, 16]
+    blocks.grow(c, 32)  # 17 is b's: the middle of the longest free run, [0, 10), although it starts the pool
+    assert c.block_table[-1] == 5 and blocks.num_free == 32 - 13
+    for s in (a, b, c):
+        blocks.release(s)
+    assert blocks.free == list(range(32))
 
 
 # --- attention through block tables -----------------------------------------------------------------

@@ -87,21 +87,23 @@ def test_every_attention_path_equals_the_gather(pair, draft_kind, monkeypatch):
             return read(self, *args)
         return counting
 
-    for path in ("_gather", "_flex"):
+    for path in ("_gather", "_flex", "_views"):
         monkeypatch.setattr(PagedStep, path, counted(path))
-    for attention in ("gather", "flex"):
+    for attention in ("gather", "flex", "views"):
         engine = Engine(target, d, gamma=3, num_blocks=48, max_num_batched_tokens=32, attention=attention)
         with Passes(target) as passes:
             outs = engine.run([Request(p, 12, arrival_s=0.002 * i) for i, p in enumerate(prompts[:4])])
         runs[attention] = outs, engine.stats, passes.logits
         assert set(reads) == {"_" + attention}, set(reads)  # this path, and only it, read the pool
         reads.clear()
-    (g_out, g_stats, g_logits), (f_out, f_stats, f_logits) = runs["gather"], runs["flex"]
-    assert [o.tokens for o in f_out] == [o.tokens for o in g_out]
-    assert f_stats.accepted_per_position == g_stats.accepted_per_position and sum(g_stats.accepted_per_position)
-    assert len(f_logits) == len(g_logits)
-    for a, b in zip(g_logits, f_logits):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    g_out, g_stats, g_logits = runs["gather"]
+    for attention in ("flex", "views"):
+        f_out, f_stats, f_logits = runs[attention]
+        assert [o.tokens for o in f_out] == [o.tokens for o in g_out]
+        assert f_stats.accepted_per_position == g_stats.accepted_per_position and sum(g_stats.accepted_per_position)
+        assert len(f_logits) == len(g_logits)
+        for a, b in zip(g_logits, f_logits):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
 def test_the_flat_pass_gives_each_row_its_own_logits():
@@ -210,7 +212,7 @@ def test_rows_split_by_length_give_the_tokens_and_logits_of_one_group(pair, draf
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("attention", ["gather", "flex"])
+@pytest.mark.parametrize("attention", ["gather", "flex", "views"])
 def test_a_sliding_window_layer_reads_only_its_window(attention):
     """A random Llama whose first layer attends to its last 4 tokens only, the second to all of them, prompts of 9-30
     tokens (longer than the window; the first chunks of the longer ones cut by a 16-token budget), decoding with a
@@ -223,6 +225,38 @@ def test_a_sliding_window_layer_reads_only_its_window(attention):
                     attention=attention)
     outs = engine.run([Request(p, 16) for p in prompts])
     assert [o.tokens for o in outs] == minispec.generate(target, prompts, 16).tokens
+
+
+@pytest.mark.parametrize("T, window", [(1, None), (3, None), (3, 5)])
+def test_views_read_one_run_rows_in_place_and_copy_the_others_as_the_gather_does(T, window, monkeypatch):
+    """Two rows of 11 and 7 slots before the step's T queries, row 0's blocks one run of the pool (3, 4, 5) and row
+    1's scattered (9, 1): ``views`` reads row 0 as a view of the pool (no copy) and copies row 1, and gives the
+    gather's output: decode, a chain of 3 causal queries, a window of 5."""
+    from minispec.engine.attention import span
+    from minispec.model.llama import attention_masks
+
+    bs, H, K, D = 4, 4, 2, 8
+    pool = PagedPool(1, num_blocks=12, block_size=bs, kv_heads=K, head_dim=D)
+    torch.manual_seed(0)
+    pool.k.normal_(), pool.v.normal_()
+    lists = [[3, 4, 5, 6], [9, 1, 7]]
+    tables = torch.tensor([lists[0], lists[1] + [12]])  # (R, nb) the scratch block 12 pads row 1
+    lengths = torch.tensor([11, 7])
+    new = lengths[:, None] + torch.arange(T)  # (R, T) the queries' logical slots
+    _, masks = attention_masks(new, int(new.max()) + 1, None, (window,))
+    spans = tuple(span(t, int(n) + T, bs) for t, n in zip(lists, lengths))
+    assert spans == ((12, 11 + T), None)  # row 0 starts at slot 3 * 4; row 1 is not one run
+    assert span([2, 3], 7, bs) == (8, 7) and span([2, 3], 12, bs) == (8, 8)  # past the table: left out
+    g = group(torch.arange(2 * T).view(2, T), torch.ones(2, T, dtype=torch.bool), tables, masks, bs, spans=spans)
+    q = torch.randn(2, H, T, D)  # (R, H, T, D)
+    steps = {a: PagedStep(pool, new.flatten()[None], new.flatten(), [g], a) for a in ("gather", "views")}
+    copies = []
+    monkeypatch.setattr(torch.Tensor, "index_select", lambda self, *a, _f=torch.Tensor.index_select: (
+        copies.append(self.shape), _f(self, *a))[1])
+    got = steps["views"]._views(0, q, g, window, 0)
+    assert len(copies) == 2  # row 1's keys and values; row 0's are read in place
+    monkeypatch.undo()
+    torch.testing.assert_close(got, steps["gather"]._gather(0, q, g, window, 0), rtol=1e-5, atol=1e-6)
 
 
 def test_the_flex_block_mask_visits_each_rows_own_blocks_and_no_other():

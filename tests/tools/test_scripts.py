@@ -1,4 +1,5 @@
-"""The GPU check's code paths, run on a CPU: gpu_bench.py --small, the lesson runner, gpu_bench.sh's lanes."""
+"""The GPU check's code paths, run on a CPU: gpu_bench.py --small, the lesson runner, gpu_bench.sh's lanes; the
+mutation script's extra tests."""
 
 import json
 import os
@@ -90,3 +91,22 @@ def test_lesson_solution_runs(path):
 def test_every_lesson_has_a_solution_file():
     lessons = {p.stem for p in (ROOT / "lessons").glob("*.ipynb")}
     assert lessons and lessons == {p.stem for p in SOLUTIONS}
+
+
+def test_mutations_extra_tests_name_tests_that_exist_for_configured_modules():
+    """scripts/mutation_tests.txt adds tests to mutmut's map: a renamed test or module must fail here, not drop out
+    of the next run silently (pytest would run nothing for a node id that names no test)."""
+    import importlib.util
+
+    import tomllib
+
+    spec = importlib.util.spec_from_file_location("mutation", ROOT / "scripts" / "mutation.py")
+    mutation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mutation)
+    configured = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mutmut"]["only_mutate"]
+    extra = mutation.extra_tests()
+    assert extra and set(extra) <= set(configured), set(extra) - set(configured)
+    for tests in extra.values():
+        for node in tests:
+            path, name = node.split("::")
+            assert f"def {name}(" in (ROOT / path).read_text(), node
