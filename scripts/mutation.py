@@ -162,6 +162,10 @@ def run_mutants(names: list[str], max_children: int) -> None:
 
     def collect_then_add(*args, **kwargs):
         collect(*args, **kwargs)
+        took = state().duration_by_test  # an extra test outside the selection has no time: the longest is assumed
+        longest = max(took.values(), default=1.0)  # (a generous time limit, never a false timeout; it runs last)
+        for test in set().union(*extra.values()):
+            took.setdefault(test, longest)
         for name in names:
             module = get_module_from_key(name).replace(".", "/") + ".py"
             state().tests_by_mangled_function_name[mangled_name_from_mutant_name(name)] |= extra.get(module, set())
