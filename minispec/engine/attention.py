@@ -44,7 +44,6 @@ class Group(NamedTuple):
     """Rows whose queries are attended together: (R, T) queries over S logical slots each."""
 
     query: torch.Tensor  # (R, T) each query's index among the step's N tokens (padding: a real one, repeated)
-    valid: torch.Tensor  # (R, T) bool: a real query
     tables: torch.Tensor  # (R, nb) block tables, the scratch block past each row's blocks
     masks: dict  # {window: (R, 1, T, S) bool} what each query sees, by logical slot
     read: torch.Tensor  # (R, S) the physical slot of each row's logical slots 0..S-1
@@ -63,7 +62,7 @@ def group(query: torch.Tensor, valid: torch.Tensor, tables: torch.Tensor, masks:
     logical = torch.arange(S, device=query.device)  # (S,)
     block = tables.gather(1, (logical // block_size).clamp_max(tables.shape[1] - 1).expand(len(tables), -1))  # (R, S)
     flat = valid.flatten()  # (R T,)
-    return Group(query, valid, tables, masks, block * block_size + logical % block_size, query.flatten()[flat],
+    return Group(query, tables, masks, block * block_size + logical % block_size, query.flatten()[flat],
                  flat.nonzero()[:, 0], fresh, spans)
 
 
@@ -71,7 +70,7 @@ def span(table: list[int], slots: int, block_size: int) -> tuple[int, int] | Non
     """(first physical slot, slots) of a row's first ``slots`` logical slots, read from its host block ``table``,
     when they are one run of the pool; else None. Slots past the table are never visible and are left out."""
     nb = min(-(-slots // block_size), len(table))
-    a = table[0] if table else 0
+    a = table[0]  # a row in a step has blocks
     if table[:nb] != list(range(a, a + nb)):
         return None
     return a * block_size, min(slots, nb * block_size)

@@ -48,14 +48,24 @@ def mixed(prompts, n=24):
 
 @pytest.mark.parametrize("draft_kind", ["none", "model", "lookup", "tree"])
 def test_a_mixed_batch_runs_one_target_pass_per_step(pair, draft_kind):
-    """Any mix of sampling settings, prefill chunks and decoding rows: exactly one target forward per step."""
+    """Any mix of sampling settings, prefill chunks and decoding rows: exactly one target forward per step, and every
+    decoding row gets its new tokens from it (a tree drafts greedy and sampled rows as two groups: both are read)."""
     target, draft, prompts = pair
     d = {"none": None, "model": draft, "lookup": minispec.PromptLookupDraft(),
          "tree": minispec.TreeDraft(draft, budget=6, depth=3)}[draft_kind]
     engine = Engine(target, d, gamma=3, max_num_batched_tokens=40)
+    execute, missed = engine.runner.execute, []
+
+    def checked(plan):
+        result = execute(plan)
+        missed.extend(s for s in plan.decode if not result.new.get(s, ((),))[0])
+        return result
+
+    engine.runner.execute = checked
     with Passes(target) as passes:
         outs = engine.run(mixed(prompts))
     assert passes.calls == engine.stats.steps  # one pass a step, whatever runs in it
+    assert not missed  # no decoding row went a step without a token
     assert any(b > 0 and p > 0 for b, p in zip(engine.stats.batch_per_step, engine.stats.prefill_per_step))
     assert all(len(o.tokens) == 24 for o in outs)
     reqs = mixed(prompts)
@@ -227,11 +237,11 @@ def test_a_sliding_window_layer_reads_only_its_window(attention):
     assert [o.tokens for o in outs] == minispec.generate(target, prompts, 16).tokens
 
 
-@pytest.mark.parametrize("T, window", [(1, None), (3, None), (3, 5)])
+@pytest.mark.parametrize("T, window", [(1, None), (1, 5), (2, None), (3, None), (3, 5)])
 def test_views_read_one_run_rows_in_place_and_copy_the_others_as_the_gather_does(T, window, monkeypatch):
     """Two rows of 11 and 7 slots before the step's T queries, row 0's blocks one run of the pool (3, 4, 5) and row
     1's scattered (9, 1): ``views`` reads row 0 as a view of the pool (no copy) and copies row 1, and gives the
-    gather's output: decode, a chain of 3 causal queries, a window of 5."""
+    gather's output: decode, chains of 2 and 3 causal queries, with and without a window of 5."""
     from minispec.engine.attention import span
     from minispec.model.llama import attention_masks
 
