@@ -55,7 +55,7 @@ class BlockManager:
             b = table[-1] + 1 if table else self.num_blocks
             if b == self.num_blocks or not self.is_free[b]:  # the row's next block is taken (or it has none)
                 run = max(re.finditer(b"\x01+", self.is_free), key=lambda m: m.end() - m.start())  # the longest
-                b = (run.start() + run.end()) // 2 if table or run.start() else 0  # a first row starts at 0
+                b = (run.start() + run.end()) // 2 if table or run.start() else 0  # a new row at the pool's start: 0
             self.is_free[b], self.num_free = 0, self.num_free - 1
             table.append(b)
 
