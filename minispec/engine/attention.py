@@ -149,11 +149,16 @@ class PagedStep:
         v = self.pool.v[layer].index_select(0, read).unflatten(0, (R, S)).transpose(1, 2)  # (R, K, S, D)
         _, H, T, D = q.shape
         G = H // k.shape[1]  # query heads per KV head: folded into the queries, so each K, V is read once, not G times
-        if (i, window) not in self._blocks:  # built once per step, read by every layer
-            self._blocks[i, window] = g.masks[window].repeat(1, 1, G, 1)  # (R, 1, G T, S) the same for each head
-        mask = self._blocks[i, window]
+        mask = self._head_mask(g, window, i, G)  # (R, 1, G T, S)
         y = F.scaled_dot_product_attention(q.reshape(R, H // G, G * T, D), k, v, attn_mask=mask)  # (R, K, G T, D)
         return y.reshape(R, H, T, D)
+
+    def _head_mask(self, g, window, i, G):
+        """Group ``i``'s mask for ``window``, repeated for the G query heads folded into each KV head's queries
+        (R, 1, G T, S): built once per step, read by every layer."""
+        if (i, window) not in self._blocks:
+            self._blocks[i, window] = g.masks[window].repeat(1, 1, G, 1)  # (R, 1, G T, S) the same for each head
+        return self._blocks[i, window]
 
     def _views(self, layer, q, g, window, i):
         """Row by row: a row of one run is a view of the pool, read in place (no copy); another is copied."""
@@ -161,9 +166,7 @@ class PagedStep:
         pk, pv = self.pool.k[layer], self.pool.v[layer]  # (P, K, D) each
         K = pk.shape[1]
         G = H // K
-        if (i, window) not in self._blocks:
-            self._blocks[i, window] = g.masks[window].repeat(1, 1, G, 1)  # (R, 1, G T, S)
-        mask, q = self._blocks[i, window], q.reshape(R, K, G * T, D)  # (R, 1, G T, S), (R, K, G T, D)
+        mask, q = self._head_mask(g, window, i, G), q.reshape(R, K, G * T, D)  # (R, 1, G T, S), (R, K, G T, D)
         y = torch.empty_like(q)  # (R, K, G T, D)
         for r, sp in enumerate(g.spans):
             if sp is None:  # not one run: this row's slots copied, as the gather does
