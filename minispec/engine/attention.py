@@ -55,12 +55,13 @@ class Group(NamedTuple):
 
 def group(query: torch.Tensor, valid: torch.Tensor, tables: torch.Tensor, masks: dict, block_size: int,
           fresh: slice | None = None, spans: tuple = ()) -> Group:
-    """A :class:`Group` of rows: their queries (R, T) and validity, block tables (R, nb) and masks over S slots;
+    """A :class:`Group` of rows: their queries (R, T) and validity, block tables (R, nb) and masks over S slots
+    (inside the tables: S <= nb x block_size, else the gather raises);
     ``fresh``: the group is a prompt's first chunk, the step's tokens [a, b) (attended causally, nothing read);
     ``spans``: :func:`span` of each row (for ``views``)."""
     S = next(iter(masks.values())).shape[-1]
     logical = torch.arange(S, device=query.device)  # (S,)
-    block = tables.gather(1, (logical // block_size).clamp_max(tables.shape[1] - 1).expand(len(tables), -1))  # (R, S)
+    block = tables.gather(1, (logical // block_size).expand(len(tables), -1))  # (R, S) past a row's blocks: scratch
     flat = valid.flatten()  # (R T,)
     return Group(query, tables, masks, block * block_size + logical % block_size, query.flatten()[flat],
                  flat.nonzero()[:, 0], fresh, spans)

@@ -153,7 +153,7 @@ class _Decoding:
     pass (from ``base``)."""
 
     def __init__(self, runner: ModelRunner, rows: list[Sequence], k: list[int], gamma: int, base: int):
-        self.runner, self.rows, self.gamma, dev = runner, rows, gamma, runner.target.device
+        self.runner, self.rows, self.k, self.gamma, dev = runner, rows, k, gamma, runner.target.device
         self.index = runner.rows.sync(rows)  # (B,) their device rows
         self.width = runner.rows.table_width(rows)
         self.tables = runner.rows.tables[self.index, : self.width]  # (B, nb)
@@ -211,7 +211,8 @@ class _Decoding:
         """The rows' attention groups: rows of similar length together (:func:`by_length`), so that a short row's
         keys and values are not padded to the longest row's."""
         T = self.tokens.shape[1] - 1
-        S = [s.num_tokens + T for s in self.rows]  # each row's slots to read: its tokens and the step's draft tokens
+        S = [s.num_tokens + min(k, T) for s, k in zip(self.rows, self.k)]  # each row's slots to read: its tokens
+        #   and the draft tokens it may feed, all inside its blocks (a row cut to k < T feeds k at most)
         _, masks = attention_masks(self.new, max(S), self.mask, windows)  # {window: (B, 1, 1 + T, S)}
         out = []
         for rows, width in by_length(S, group_cost(self.runner.pool)):

@@ -105,6 +105,26 @@ def test_each_pass_reads_the_tokens_its_plan_budgeted_where_drafts_are_cut_to_fi
         assert [o.tokens for o in outs] == minispec.generate(target, prompts, 24).tokens
 
 
+def test_a_row_whose_draft_is_cut_reads_only_the_slots_it_feeds(code_pair, passes):
+    """Block size 1, gamma 4: the short row A (16 new tokens) drafts 4, the long row B (3 new tokens, so at most 2
+    drafted: no more than it can emit) is cut to 2. B has the step's most blocks and the step's last 2 draft slots
+    lie past them: B reads its own tokens and the draft tokens it feeds, not the step's full draft width (whose
+    slots it has no blocks for)."""
+    target, small, _ = code_pair
+    text = sample_text("code")
+    prompts, max_new = [list(text[100: 108]), list(text[2000: 2040])], [16, 3]
+    engine = Engine(target, small, gamma=4, block_size=1)
+    outs = engine.run([Request(p, n) for p, n in zip(prompts, max_new)])
+    assert [o.tokens for o in outs] == [minispec.generate(target, [p], n).tokens[0] for p, n in zip(prompts, max_new)]
+    cut = 0
+    for _, groups in passes:
+        decoding = [g for g in groups if g.fresh is None and g.query.shape[1] == 5]  # rows of a gamma-4 step
+        # each group's last slot is seen by some query: no row reads slots past the tokens it feeds
+        assert all(g.masks[None][..., -1].any() for g in decoding)
+        cut += sum(int((g.query[:, 3:] == g.query[:, -1:]).all(1).sum()) for g in decoding)  # rows feeding <= 2
+    assert cut >= 1  # the long row was cut
+
+
 def test_the_engines_acceptance_counts_stop_at_an_eos(code_pair):
     """EOS a space: every request stops there, some on a draft token the target accepted, some on the target's own
     token after the accepted ones. The engine counts accepted draft tokens up to the EOS (an accepted EOS included,
