@@ -81,7 +81,7 @@ class EngineStats:
     tokens_per_step: list[int] = field(default_factory=list)  # tokens the target read (the token budget's count)
     gamma_per_step: list[int] = field(default_factory=list)
     step_s: list[float] = field(default_factory=list)  # seconds each step took
-    phase_s: dict[str, float] = field(default_factory=dict)  # prefill, draft, verify, accept, decode
+    phase_s: dict[str, float] = field(default_factory=dict)  # forward (the target pass), draft, draft_prefill, accept
     synthetic: bool = False  # a synthetic accept rule (a benchmark's Bernoulli(alpha)), not the exact one
 
     @property

@@ -237,15 +237,17 @@ def test_a_sliding_window_layer_reads_only_its_window(attention):
     assert [o.tokens for o in outs] == minispec.generate(target, prompts, 16).tokens
 
 
-@pytest.mark.parametrize("T, window", [(1, None), (1, 5), (2, None), (3, None), (3, 5)])
-def test_views_read_one_run_rows_in_place_and_copy_the_others_as_the_gather_does(T, window, monkeypatch):
+@pytest.mark.parametrize("T, window, K", [(1, None, 2), (1, 5, 2), (2, None, 2), (3, None, 2), (3, 5, 2),
+                                          (2, None, 1), (3, 5, 3)])
+def test_views_read_one_run_rows_in_place_and_copy_the_others_as_the_gather_does(T, window, K, monkeypatch):
     """Two rows of 11 and 7 slots before the step's T queries, row 0's blocks one run of the pool (3, 4, 5) and row
     1's scattered (9, 1): ``views`` reads row 0 as a view of the pool (no copy) and copies row 1, and gives the
-    gather's output: decode, chains of 2 and 3 causal queries, with and without a window of 5."""
+    gather's output: decode, chains of 2 and 3 causal queries, with and without a window of 5; 6 query heads over
+    K = 1, 2 or 3 KV heads (MQA and GQA groups of 3 and 2: SmolLM2 has 9 over 3)."""
     from minispec.engine.attention import span
     from minispec.model.llama import attention_masks
 
-    bs, H, K, D = 4, 4, 2, 8
+    bs, H, D = 4, 6, 8
     pool = PagedPool(1, num_blocks=12, block_size=bs, kv_heads=K, head_dim=D)
     torch.manual_seed(0)
     pool.k.normal_(), pool.v.normal_()

@@ -125,6 +125,33 @@ def test_a_row_whose_draft_is_cut_reads_only_the_slots_it_feeds(code_pair, passe
     assert cut >= 1  # the long row was cut
 
 
+def test_a_step_whose_drafts_are_shorter_than_gamma_reads_no_slot_past_them(code_pair, passes):
+    """Suffix decoding drafts as far as its trees support, so a step's widest draft is often shorter than gamma (the
+    rows' lookahead slots): each row reads its tokens and the step's draft width, no slot past what any query
+    sees."""
+    target, _, prompts = code_pair
+    engine = Engine(target, minispec.SuffixDraft(), gamma=8)
+    outs = engine.run([Request(p + p[:24], 24) for p in prompts])  # the prompts repeat themselves: matches to draft
+    assert [o.tokens for o in outs] == minispec.generate(target, [p + p[:24] for p in prompts], 24).tokens
+    widths = []
+    for _, groups in passes:
+        for g in groups:
+            if g.fresh is None:
+                widths.append(g.query.shape[1] - 1)  # the step's draft width
+                assert g.masks[None][..., -1].any()  # its last slot is seen by some query
+    assert 0 < min(w for w in widths if w) < 8  # steps drafted fewer than gamma tokens
+
+
+def test_the_engines_phase_times_name_the_parts_of_its_steps(code_pair):
+    """EngineStats.phase_s: the target's pass, drafting, the draft reading new prompts, and acceptance, each timed
+    (serve-bench's drafting share reads "draft"); a plain engine drafts nothing."""
+    target, small, prompts = code_pair
+    for draft, parts in ((small, {"forward", "draft", "draft_prefill", "accept"}), (None, {"forward", "accept"})):
+        engine = Engine(target, draft, gamma=4)
+        engine.run([Request(p, 8) for p in prompts[:2]])
+        assert set(engine.stats.phase_s) == parts and all(t > 0 for t in engine.stats.phase_s.values())
+
+
 def test_the_engines_acceptance_counts_stop_at_an_eos(code_pair):
     """EOS a space: every request stops there, some on a draft token the target accepted, some on the target's own
     token after the accepted ones. The engine counts accepted draft tokens up to the EOS (an accepted EOS included,

@@ -110,3 +110,24 @@ def test_mutations_extra_tests_name_tests_that_exist_for_configured_modules():
         for node in tests:
             path, name = node.split("::")
             assert f"def {name}(" in (ROOT / path).read_text(), node
+
+
+def test_the_eagle3_benchs_replay_starts_each_draft_after_the_last_steps_bonus_token():
+    """scripts/eagle3_bench.py replays greedy drafting from teacher-forced predictions (docs/EAGLE3.md compares it
+    with the measured acceptance): slot j predicts x_{j+2}; a draft from root t reads slots t - 1, t, ...; after n
+    accepted tokens and the bonus token the next root is t + n + 1."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from eagle3_bench import replay
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    import torch
+
+    best = torch.arange(8)[None]  # (1, 8) the target's argmax at each index
+    right = [best[:, 1:].clone(), best[:, 1:].clone()]  # (1, 7) each: every prediction the target's
+    assert replay(right, best, 1, 6) == [1.0, 1.0]  # roots 1 and 4: both drafts accept 2
+    wrong = [right[0].clone(), right[1]]
+    wrong[0][0, 3] = -1  # position 1 from root 4 (slot 3) misses
+    assert replay(wrong, best, 1, 6) == [2 / 3, 2 / 3]  # roots 1 (2 accepted), 4 (none: its bonus is 5), 5 (2)
+    wrong[0][0, 3], wrong[1][0, 1] = 4, -1  # now position 2 from root 1 (slot 1) misses
+    assert replay(wrong, best, 1, 6) == [1.0, 0.5]  # roots 1 (1 accepted) and 3 (2); index 6, the last, is reached
