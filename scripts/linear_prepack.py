@@ -7,9 +7,11 @@ Where vLLM imports (its CPU build, ``scripts/vllm_env.sh``), a third kernel join
 model runner calls for a float32 linear (``vllm._custom_ops.create_onednn_mm`` / ``onednn_mm``, chosen in
 ``vllm/model_executor/layers/utils.py``), on the same weight and input.
 
-SmolLM2-135M's four weight shapes (q/k/v fused, gate/up fused, down, the LM head) at 1 to 512 tokens a pass, float32;
-each time the median of alternated rounds, both kernels timed in the same process. Then whole-model forward passes of
-SmolLM2-135M (random weights of its shape: the time does not depend on the values) at the same token counts.
+SmolLM2-135M's four weight shapes (q/k/v fused, gate/up fused, down, the LM head) and three of the embedded target's
+at 1 to 512 tokens a pass, float32; each time the median of alternated rounds, both kernels timed in the same process.
+Then whole-model forward passes of SmolLM2-135M (random weights of its shape: the time does not depend on the values)
+at the same token counts, unpacked against :meth:`Model.prepack` (which sends products under
+``PACKED_MIN_MACS`` multiply-adds through F.linear).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ import torch
 import torch.nn.functional as F
 
 SHAPES = {"qkv 576->960": (576, 960), "gate/up 576->3072": (576, 3072), "down 1536->576": (1536, 576),
-          "lm_head 576->49152": (576, 49152)}
+          "lm_head 576->49152": (576, 49152),  # SmolLM2-135M
+          "pair qkv 192->384": (192, 384), "pair gate/up 192->1024": (192, 1024), "pair down 512->192": (512, 192)}
 
 
 def timed(f, *inputs, rounds: int) -> float:
@@ -97,7 +100,7 @@ def main() -> None:
         plain, packed = Model(cfg).eval(), Model(cfg).eval()
         packed.load_state_dict(plain.state_dict())
         packed.prepack()
-        lines += ["", "Whole SmolLM2-135M-shaped forward, no cache (F.linear / prepacked):", "",
+        lines += ["", "Whole SmolLM2-135M-shaped forward, no cache (F.linear / Model.prepack):", "",
                   "| tokens | F.linear | prepacked | ratio |", "| --- | --- | --- | --- |"]
         for M in tokens:
             x = torch.randint(0, 49152, (1, M))

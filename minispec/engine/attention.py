@@ -10,7 +10,7 @@ real token; its output is dropped), its keys and values read through its block t
 
 How the keys and values are read is the ``attention`` backend (:data:`ATTENTION`):
 
-  gather  copy each row's slots 0..S-1 into a dense (R, K, S, D) tensor and call SDPA: the reference, and on
+  gather  copy each row's blocks into a dense (R, K, S, D) tensor and call SDPA: the reference, and on
           this project's 2-core CPU the fastest up to 8 rows or 256 tokens of context (compiled FlexAttention
           1.4-2x slower there, eager 14-240x; compiled it took 0.8x the gather's time at 32 rows of 2,048 tokens,
           once, on a shared machine: results/cpu/engine_attention.txt)
@@ -29,6 +29,7 @@ mix prefill chunks, decoding rows, draft tokens and trees.
 from __future__ import annotations
 
 import functools
+import math
 from typing import NamedTuple
 
 import torch
@@ -46,7 +47,7 @@ class Group(NamedTuple):
     query: torch.Tensor  # (R, T) each query's index among the step's N tokens (padding: a real one, repeated)
     tables: torch.Tensor  # (R, nb) block tables, the scratch block past each row's blocks
     masks: dict  # {window: (R, 1, T, S) bool} what each query sees, by logical slot
-    read: torch.Tensor  # (R, S) the physical slot of each row's logical slots 0..S-1
+    blocks: torch.Tensor  # (R, nb) the blocks that hold each row's logical slots 0..S-1 (nb = S / block size, up)
     dest: torch.Tensor  # (M,) the step indices of the real queries, row by row
     keep: torch.Tensor  # (M,) where they are in the group's flattened (R T) queries
     fresh: slice | None = None  # a prompt's first chunk: its queries are the step's tokens [a, b) and its keys theirs
@@ -56,15 +57,14 @@ class Group(NamedTuple):
 def group(query: torch.Tensor, valid: torch.Tensor, tables: torch.Tensor, masks: dict, block_size: int,
           fresh: slice | None = None, spans: tuple = ()) -> Group:
     """A :class:`Group` of rows: their queries (R, T) and validity, block tables (R, nb) and masks over S slots
-    (inside the tables: S <= nb x block_size, else the gather raises);
+    (inside the tables: S <= nb x block_size, else ValueError);
     ``fresh``: the group is a prompt's first chunk, the step's tokens [a, b) (attended causally, nothing read);
     ``spans``: :func:`span` of each row (for ``views``)."""
-    S = next(iter(masks.values())).shape[-1]
-    logical = torch.arange(S, device=query.device)  # (S,)
-    block = tables.gather(1, (logical // block_size).expand(len(tables), -1))  # (R, S) past a row's blocks: scratch
+    nb = -(-next(iter(masks.values())).shape[-1] // block_size)
+    if nb > tables.shape[1]:
+        raise ValueError(f"the masks read {nb} blocks a row but the tables hold {tables.shape[1]}")
     flat = valid.flatten()  # (R T,)
-    return Group(query, tables, masks, block * block_size + logical % block_size, query.flatten()[flat],
-                 flat.nonzero()[:, 0], fresh, spans)
+    return Group(query, tables, masks, tables[:, :nb], query.flatten()[flat], flat.nonzero()[:, 0], fresh, spans)
 
 
 def span(table: list[int], slots: int, block_size: int) -> tuple[int, int] | None:
@@ -143,22 +143,30 @@ class PagedStep:
         return out.transpose(0, 1)[None]  # (1, H, N, D)
 
     def _gather(self, layer, q, g, window, i):
-        """The reference: copy each row's slots into a dense tensor, then SDPA."""
-        R, S = g.read.shape
-        read = g.read.flatten()  # (R S,) index_select: several times faster than indexing by a 2-D tensor here
-        k = self.pool.k[layer].index_select(0, read).unflatten(0, (R, S)).transpose(1, 2)  # (R, K, S, D) the copy
-        v = self.pool.v[layer].index_select(0, read).unflatten(0, (R, S)).transpose(1, 2)  # (R, K, S, D)
-        _, H, T, D = q.shape
+        """The reference: copy each row's blocks into a dense tensor, then SDPA."""
+        R, H, T, D = q.shape
+        k, v = (self._rows(p[layer], g.blocks).transpose(1, 2) for p in (self.pool.k, self.pool.v))  # (R, K, S', D)
         G = H // k.shape[1]  # query heads per KV head: folded into the queries, so each K, V is read once, not G times
-        mask = self._head_mask(g, window, i, G)  # (R, 1, G T, S)
-        y = F.scaled_dot_product_attention(q.reshape(R, H // G, G * T, D), k, v, attn_mask=mask)  # (R, K, G T, D)
+        mask = self._head_mask(g, window, i, G, q.dtype)  # (R, 1, G T, S)
+        S = mask.shape[-1]
+        y = F.scaled_dot_product_attention(q.reshape(R, H // G, G * T, D), k[:, :, :S], v[:, :, :S],
+                                           attn_mask=mask)  # (R, K, G T, D)
         return y.reshape(R, H, T, D)
 
-    def _head_mask(self, g, window, i, G):
+    def _rows(self, pool: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
+        """The copy: rows' blocks (R, nb) of one layer's pool (P, K, D), whole blocks, as (R, nb x block size, K, D).
+        A block a copy (index_select): 1.2-1.6x faster than a slot a copy for 8-64 rows of 256-512 slots here."""
+        _, K, D = pool.shape
+        R, nb = blocks.shape
+        return pool.view(-1, self.pool.block_size, K, D).index_select(0, blocks.flatten()).view(R, -1, K, D)
+
+    def _head_mask(self, g, window, i, G, dtype):
         """Group ``i``'s mask for ``window``, repeated for the G query heads folded into each KV head's queries
-        (R, 1, G T, S): built once per step, read by every layer."""
+        (R, 1, G T, S), as SDPA adds it (0 where seen, -inf where not): built once per step, read by every layer
+        (a bool mask, SDPA converts each call)."""
         if (i, window) not in self._blocks:
-            self._blocks[i, window] = g.masks[window].repeat(1, 1, G, 1)  # (R, 1, G T, S) the same for each head
+            m = g.masks[window].repeat(1, 1, G, 1)  # (R, 1, G T, S) the same for each head
+            self._blocks[i, window] = torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill_(~m, -math.inf)
         return self._blocks[i, window]
 
     def _views(self, layer, q, g, window, i):
@@ -167,11 +175,12 @@ class PagedStep:
         pk, pv = self.pool.k[layer], self.pool.v[layer]  # (P, K, D) each
         K = pk.shape[1]
         G = H // K
-        mask, q = self._head_mask(g, window, i, G), q.reshape(R, K, G * T, D)  # (R, 1, G T, S), (R, K, G T, D)
+        mask, q = self._head_mask(g, window, i, G, q.dtype), q.reshape(R, K, G * T, D)  # (R, 1, G T, S), (R, K, G T, D)
         y = torch.empty_like(q)  # (R, K, G T, D)
         for r, sp in enumerate(g.spans):
-            if sp is None:  # not one run: this row's slots copied, as the gather does
-                k, v, m = pk.index_select(0, g.read[r]), pv.index_select(0, g.read[r]), mask[r: r + 1]  # (S, K, D)
+            if sp is None:  # not one run: this row's blocks copied, as the gather does
+                S, m = mask.shape[-1], mask[r: r + 1]
+                k, v = (self._rows(pool, g.blocks[r: r + 1])[0, :S] for pool in (pk, pv))  # (S, K, D) each
             else:
                 (a, n), m = sp, None if T == 1 and window is None else mask[r: r + 1, ..., : sp[1]]  # a lone query
                 k, v = pk[a: a + n], pv[a: a + n]  # (n, K, D) views: a decode row's query sees all its n slots

@@ -26,9 +26,16 @@ from torch import nn
 from minispec.model.config import ModelConfig
 from minispec.model.kv_cache import KVCache
 
+PACKED_MIN_MACS = 1 << 20  # a smaller product runs through F.linear: see _packed_linear
+
 
 def _packed_linear(m: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """``m(x)`` through oneDNN's prepacked weight (see :meth:`Model.prepack`)."""
+    """``m(x)`` through oneDNN's prepacked weight (see :meth:`Model.prepack`), or through ``F.linear`` when the
+    product is under :data:`PACKED_MIN_MACS` multiply-adds: oneDNN's call costs about 30 us before any arithmetic on
+    this project's CPU, F.linear's about 5 (``scripts/linear_prepack.py``: SmolLM2's qkv at 1 token, the embedded
+    target's every layer up to 8 tokens)."""
+    if x.numel() // x.shape[-1] * m.weight.numel() < PACKED_MIN_MACS:  # tokens x in x out, from shapes (no sync)
+        return F.linear(x, m.weight, m.bias)
     return torch.ops.mkldnn._linear_pointwise(x, m.packed, m.bias, "none", [], "")
 
 
@@ -189,7 +196,10 @@ class Model(nn.Module):
         layout, as vLLM's CPU build does (``create_onednn_mm``) and ``torch.compile`` does when it freezes CPU
         weights. The products are the same up to float rounding (about 1e-6 relative); at 8 to 512 tokens a pass they
         ran 2-3x faster on one of this project's AVX2 machines and 1.0-1.9x on another (``scripts/linear_prepack.py``).
-        In place and opt-in, as :meth:`compile` is; it keeps the plain weights (drafts and tied embeddings read
+        Products under :data:`PACKED_MIN_MACS` still run through ``F.linear``, whose fixed cost is lower: through the
+        engine, static batches of the embedded pair, that made plain decoding 1.12x / 1.04x / 1.03x as fast at batch
+        1 / 8 / 32 and SmolLM2's batch of 1 1.08x (rounds alternated in one process, the same tokens). In place and
+        opt-in, as :meth:`compile` is; it keeps the plain weights (drafts and tied embeddings read
         them), so it costs one more copy of them. Elsewhere (a GPU, a torch without oneDNN, or bfloat16 / float16
         weights on a CPU without the instructions oneDNN packs them with: AVX-512 BF16 or FP16, or AVX-NE-CONVERT)
         it changes nothing."""

@@ -77,7 +77,7 @@ def test_a_prompts_first_chunk_attends_to_itself_and_short_rows_are_not_padded_t
     assert 460 - 30 > group_cost(engine.runner.pool)  # padding a short row to the long one costs more than a group
     together = 0
     for _, groups in passes[1:]:
-        read = [g.read.shape for g in groups if g.fresh is None]  # (R, S) each: R rows read S slots each
+        read = [g.masks[None].shape[::3] for g in groups if g.fresh is None]  # (R, S) each: R rows read S slots each
         # no slot read for nothing: each group's last slot is its longest row's last draft token's (all 4 are fed)
         assert all(g.masks[None][..., -1].any() for g in groups if g.fresh is None)
         if sum(R for R, _ in read) == 3:  # the three rows decode together

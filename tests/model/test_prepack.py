@@ -8,6 +8,7 @@ from torch import nn
 from transformers import LlamaConfig, LlamaForCausalLM
 
 import minispec
+from minispec.model import llama
 from tests.support import random_model
 
 
@@ -15,7 +16,13 @@ def packed_linears(model) -> int:
     return sum(hasattr(m, "packed") for m in model.modules() if isinstance(m, nn.Linear))
 
 
-def test_float32_prepack_gives_f_linear_logits_through_packed_weights():
+@pytest.fixture
+def always_packed(monkeypatch):
+    """Every product through oneDNN's packed weight (by default the small ones run through F.linear)."""
+    monkeypatch.setattr(llama, "PACKED_MIN_MACS", 0)
+
+
+def test_float32_prepack_gives_f_linear_logits_through_packed_weights(always_packed):
     model = random_model(seed=3, vocab=512)
     x = torch.randint(0, 512, (3, 17))  # (B, T)
     with torch.inference_mode():
@@ -41,7 +48,7 @@ def test_half_precision_prepack_packs_only_where_onednn_can(dtype):
     torch.testing.assert_close(got, ref, rtol=2e-2, atol=2e-2)
 
 
-def test_prepack_keeps_a_linears_bias_and_packs_once(tmp_path):
+def test_prepack_keeps_a_linears_bias_and_packs_once(tmp_path, always_packed):
     """A model with biased linears (Llama's attention_bias and mlp_bias, Qwen2's QKV bias) gives the same logits
     packed, and a second prepack (each Engine built on the model calls it) packs nothing again."""
     torch.manual_seed(0)
@@ -63,3 +70,22 @@ def test_prepack_keeps_a_linears_bias_and_packs_once(tmp_path):
     if torch.backends.mkldnn.is_available():
         assert packed and again == packed
     torch.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_a_packed_model_sends_products_under_the_threshold_through_f_linear(monkeypatch):
+    """oneDNN's call costs more than F.linear's before any arithmetic, so a product of fewer than PACKED_MIN_MACS
+    multiply-adds (tokens x in x out) runs through F.linear; a larger one through the packed weight. Counted at a
+    layer of 192 x 384 (the embedded target's qkv): 8 tokens (0.6M) and 32 (2.4M) on either side of 1M."""
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("no oneDNN: prepack packs nothing")
+    calls = []
+    f_linear = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda *a: calls.append(a[0].shape) or f_linear(*a))
+    layer = nn.Linear(192, 384)
+    layer.packed = torch.ops.mkldnn._reorder_linear_weight(layer.weight.detach(), None)
+    with torch.inference_mode():
+        for tokens in (1, 8, 32, 200):
+            x = torch.randn(1, tokens, 192)
+            torch.testing.assert_close(llama._packed_linear(layer, x), f_linear(x, layer.weight, layer.bias),
+                                       rtol=1e-5, atol=1e-5)
+    assert [s[1] for s in calls] == [1, 8]  # the tokens of the calls that went through F.linear
