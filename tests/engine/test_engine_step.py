@@ -288,3 +288,17 @@ def test_the_flex_block_mask_visits_each_rows_own_blocks_and_no_other():
     visited = bm.to_dense()[:, 0, 0]  # (R, pool blocks) 1 where the kernel reads the row's block
     assert visited.shape == (2, scratch + 1)
     assert [set(v.nonzero()[:, 0].tolist()) for v in visited] == [{11, 3}, {0, 5, 7}]
+
+
+def test_a_group_whose_masks_read_past_its_tables_is_refused():
+    """The gather copies whole blocks, nb = S / block size (rounded up) a row, from the group's tables: masks over
+    more slots than the tables hold would read blocks no row owns, so group() refuses them, naming both counts."""
+    tables = torch.tensor([[3, 4, 12], [9, 1, 12]])  # (R, nb) 3 blocks of 4 slots
+    for S, ok in ((12, True), (13, False)):
+        masks = {None: torch.ones(2, 1, 1, S, dtype=torch.bool)}  # (R, 1, T, S)
+        if ok:
+            assert group(torch.tensor([[0], [1]]), torch.ones(2, 1, dtype=torch.bool), tables, masks, 4).blocks.equal(
+                tables)
+        else:
+            with pytest.raises(ValueError, match="read 4 blocks a row but the tables hold 3"):
+                group(torch.tensor([[0], [1]]), torch.ones(2, 1, dtype=torch.bool), tables, masks, 4)
