@@ -304,8 +304,9 @@ def child(args) -> None:
         plans[module] = {"generated": len(described), "device": device, "fraction": None if full else args.sample,
                          "seed": None if full else args.seed, "sample": chosen}
         codes = read_meta(WORK, module)["exit_code_by_key"]
-        again = {k for k in chosen if args.rerun_survivors and status_of(codes[k]) == "survived"
-                 and described[k]["fingerprint"] not in listed}  # a listed one has its reason: not rerun
+        again = {k for k in chosen if args.rerun_survivors and status_of(codes[k]) in ("survived", "no_tests")
+                 and described[k]["fingerprint"] not in listed}  # a listed one has its reason: not rerun; a mutant
+        #   with no test may have one now (scripts/mutation_tests.txt)
         reset[module] = again
         todo += [k for k in chosen if codes[k] is None or k in again]
         print(f"{module}: {len(described)} mutants ({len(device)} device), {len(chosen)} in the plan, "
@@ -554,7 +555,7 @@ def main() -> None:
     r.add_argument("--commit", help="the commit to run on (default HEAD)")
     r.add_argument("--fresh", action="store_true", help="discard mutants/tree and start over")
     r.add_argument("--rerun-survivors", action="store_true",
-                   help="run the modules' survivors again (those not listed as equivalent)")
+                   help="run the modules' survivors and mutants without a test again (not those listed as equivalent)")
     s = sub.add_parser("survivors", help="each survivor's change, from results/cpu/mutation.json")
     s.add_argument("--module", action="append")
     sub.add_parser("record", help="rewrite results/cpu/mutation.json from mutants/tree")
