@@ -155,9 +155,10 @@ class PagedStep:
 
     def _rows(self, pool: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
         """The copy: rows' blocks (R, nb) of one layer's pool (P, K, D), whole blocks, as (R, nb x block size, K, D).
-        A block a copy (index_select): 1.2-1.6x faster than a slot a copy for 8-64 rows of 256-512 slots here."""
+        A block a copy (index_select): in a microbenchmark here, 1.2-1.6x faster than a slot a copy for 8-64 rows of
+        256-512 slots."""
         _, K, D = pool.shape
-        R, nb = blocks.shape
+        R = len(blocks)
         return pool.view(-1, self.pool.block_size, K, D).index_select(0, blocks.flatten()).view(R, -1, K, D)
 
     def _head_mask(self, g, window, i, G, dtype):
