@@ -64,7 +64,8 @@ def group(query: torch.Tensor, valid: torch.Tensor, tables: torch.Tensor, masks:
     if nb > tables.shape[1]:
         raise ValueError(f"the masks read {nb} blocks a row but the tables hold {tables.shape[1]}")
     flat = valid.flatten()  # (R T,)
-    return Group(query, tables, masks, tables[:, :nb], query.flatten()[flat], flat.nonzero()[:, 0], fresh, spans)
+    blocks = tables[:, :nb].contiguous()  # (R, nb) once per step: every layer's copy flattens it, a view now
+    return Group(query, tables, masks, blocks, query.flatten()[flat], flat.nonzero()[:, 0], fresh, spans)
 
 
 def span(table: list[int], slots: int, block_size: int) -> tuple[int, int] | None:
