@@ -105,13 +105,13 @@ def goodput(tried: dict[float, float], attainment: float) -> float:
 
 
 def next_bisection(tried: dict[float, float], attainment: float) -> float | None:
-    """The next rate to try: the geometric mean of the goodput and the lowest failing rate above it (None when
-    every rate passed, none did, or the two are within 5 %)."""
+    """The next rate to try: the geometric mean of the goodput and the lowest failing rate above it, or half the
+    lowest rate when none passed (the knee is below the grid); None when every rate passed or the two are within 5 %."""
     good = goodput(tried, attainment)
     above = [r for r in tried if r > good and tried[r] < attainment]
-    if not good or not above or min(above) / good < 1.05:
+    if not above or (good and min(above) / good < 1.05):
         return None
-    return math.sqrt(good * min(above))
+    return math.sqrt(good * min(above)) if good else min(above) / 2
 
 
 # --- tables -------------------------------------------------------------------------------------------------

@@ -77,7 +77,8 @@ def test_goodput_is_the_highest_rate_below_every_failure_and_bisection_closes_in
     tried = {1: 1.0, 2: 0.95, 4: 0.5, 8: 0.95}
     assert vs_vllm_report.goodput(tried, 0.9) == 2  # 8 passing after 4 failing does not count
     assert vs_vllm_report.next_bisection(tried, 0.9) == pytest.approx(math.sqrt(8))
-    assert vs_vllm_report.goodput({1: 0.5}, 0.9) == 0 and vs_vllm_report.next_bisection({1: 0.5}, 0.9) is None
+    assert vs_vllm_report.goodput({1: 0.5}, 0.9) == 0 and vs_vllm_report.next_bisection({1: 0.5}, 0.9) == 0.5
+    assert vs_vllm_report.next_bisection({1: 0.5, 0.5: 0.95}, 0.9) == pytest.approx(math.sqrt(0.5))  # found below
     assert vs_vllm_report.next_bisection({1: 1.0, 2: 1.0}, 0.9) is None  # every rate passed: nothing to bisect
     assert vs_vllm_report.next_bisection({2: 1.0, 2.05: 0.1}, 0.9) is None  # within 5 %
 
