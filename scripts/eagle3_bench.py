@@ -195,6 +195,13 @@ def teacher_forced_section(n_prompts: int, new_tokens: int) -> dict:
     return out
 
 
+def autocasts(result: dict) -> str:
+    """How the ablation's heads trained: "float32", or the autocast dtype (train_eagle3's "auto" picks bfloat16 where
+    the CPU computes it natively, as on AVX-512 BF16 and AMX)."""
+    kinds = {r["autocast"] or "float32" for r in result["heads"].values()}
+    return " / ".join(sorted(kinds)) + ("" if kinds == {"float32"} else " autocast")
+
+
 def ablation(out_dir: Path, steps: int, seq_len: int, new_tokens: int) -> int:
     """Train the heads of :data:`ABLATION` for ``steps`` steps each and measure them (see the module docstring)."""
     t_start = time.perf_counter()
@@ -212,6 +219,7 @@ def ablation(out_dir: Path, steps: int, seq_len: int, new_tokens: int) -> int:
                                config=cfg, progress=False)
             head = minispec.Eagle3Draft.from_pretrained(Path(tmp) / str(len(result["heads"])), target)
             row = {"features": list(features), "ttt": ttt, "train_seconds": rec["train_seconds"],
+                   "autocast": rec["train_config"]["autocast"],
                    "heldout_greedy_match": rec["curve"][-1]["heldout_greedy_match"]}
             for gamma in (GAMMA, DEEP_GAMMA):
                 s = minispec.speculative_generate(target, head, prompts, gamma=gamma, max_new_tokens=new_tokens).stats
@@ -230,7 +238,8 @@ def ablation(out_dir: Path, steps: int, seq_len: int, new_tokens: int) -> int:
     text = (f"EAGLE-3 ablation on tiny-code-target: {len(ABLATION)} heads, {steps} steps each of 8 windows of "
             f"{seq_len} tokens, the same data, seed and schedule, differing only in the layers read and the "
             f"positions unrolled in training; greedy acceptance on {result['prompts']}, {new_tokens} new tokens "
-            f"each (accepted at position i / drafts). CPU, 1 thread, torch {env['torch']}, git "
+            f"each (accepted at position i / drafts). CPU ({bench.processor()}), 1 thread, "
+            f"training under {autocasts(result)}, torch {env['torch']}, git "
             f"{env['git_revision']}; load average {env['load_average_at_start'][0]:.1f} on {env['cores']} cores at "
             "start (train seconds are noisy).\n\n"
             + bench.text_table(rows, left=1) + f"\n\n{result['seconds']:.0f} s in all\n")
