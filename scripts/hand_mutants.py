@@ -108,6 +108,21 @@ MUTANTS = {
         "minispec/drafts/tree.py", "xs.append(top[:, up, rank[lo:hi]])", "xs.append(top[:, up, 0 * rank[lo:hi]])",
         step_tests("every_proposal and greedy and model and static"),
         speculative(TREE)),
+    "prompt lookup: the longest n-gram never tried (n from max_ngram - 1 down)": (
+        "minispec/drafts/lookup.py", "for n in range(self.max_ngram, self.min_ngram - 1, -1):",
+        "for n in range(self.max_ngram - 1, self.min_ngram - 1, -1):",
+        ["tests/drafts/test_lookup_vllm_rule.py", "-k", "hand_made"], speculative("minispec.PromptLookupDraft()")),
+    "suffix decoding: earlier requests' outputs (the global tree) never drafted from": (
+        "minispec/drafts/suffix_tree.py", "return own if own.score >= shared.score else shared", "return own",
+        ["tests/drafts/test_suffix_draft.py", "-k", "earlier_outputs"], speculative("minispec.SuffixDraft()")),
+    "EAGLE-3: the target's features read one layer up": (
+        "minispec/drafts/eagle3.py", "self.features, self.hot_vocab = cfg.features, None if N == V else N",
+        "self.features, self.hot_vocab = tuple(f + 1 for f in cfg.features), None if N == V else N",
+        ["tests/drafts/test_eagle3.py", "-k", "every_proposal_is_vllms and greedy and chain"],
+        speculative("minispec.Eagle3Draft.from_pretrained('tiny-code-eagle3', t)")),
+    "loop counters: a row that proposed nothing counted as a draft": (
+        "minispec/speculative/loop.py", "self.drafts += ((offered > 0) & active).sum()", "self.drafts += active.sum()",
+        ["tests/drafts/test_suffix_engine.py", "-k", "engine_learns"], speculative("minispec.PromptLookupDraft()")),
     # --- the engine (issue 33) -------------------------------------------------------------------------------------
     "engine scheduler: rejected tokens' lookahead blocks kept (Scheduler.update's shrink skipped)": (
         "minispec/engine/scheduler.py", "self.blocks.shrink(seq, seq.num_computed)", "pass",
@@ -138,6 +153,9 @@ MUTANTS = {
         "minispec/engine/scheduler.py", "context = sum(s.num_computed for s in decoding)",
         "context = sum(s.prompt_len for s in decoding)", ["tests/engine/test_engine_parts.py", "-k", "mean_context"],
         engine(SMALL)),
+    "engine request: accepted flags kept past an EOS (acceptance counted for tokens never emitted)": (
+        "minispec/engine/request.py", "new, accepted = new[: stop + 1], accepted[: stop + 1]", "new = new[: stop + 1]",
+        ["tests/engine/test_engine_step.py", "-k", "stop_at_an_eos"], engine(SMALL)),
     "engine runner: every draft slot fed, proposed or not (prompt lookup's short drafts padded)": (
         "minispec/engine/runner.py", "fed = torch.zeros_like(self.root) if x is None else self._fed()",
         "fed = torch.zeros_like(self.root) if x is None else torch.full_like(self.root, x.shape[1])",
