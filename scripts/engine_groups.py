@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import time
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 
@@ -38,6 +39,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out", default="results/cpu/engine_groups.txt")
     args = ap.parse_args()
+    if Path(args.out).is_dir() or not Path(args.out).parent.is_dir():
+        ap.error(f"--out must be a file in an existing folder, got {args.out!r}")  # before minutes of measuring
     torch.set_num_threads(1)
     knobs = [(int(float(c)), a) for c in args.costs.split(",") for a in args.attention.split(",")]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
