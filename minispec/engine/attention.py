@@ -11,9 +11,9 @@ real token; its output is dropped), its keys and values read through its block t
 How the keys and values are read is the ``attention`` backend (:data:`ATTENTION`):
 
   gather  copy each row's blocks into a dense (R, K, S, D) tensor and call SDPA: the reference, and on
-          this project's 2-core CPU the fastest up to 8 rows or 256 tokens of context (compiled FlexAttention
-          1.4-2x slower there, eager 14-240x; compiled it took 0.8x the gather's time at 32 rows of 2,048 tokens,
-          once, on a shared machine: results/cpu/engine_attention.txt)
+          this project's 2-core CPUs the fastest measured (compiled FlexAttention 1.4-2x slower up to 8 rows on an
+          AVX2 machine, 1.9-2.2x up to 32 rows of 256 tokens and level at 32 rows of 2,048 on an AVX-512 one;
+          eager 11-240x: results/cpu/engine_attention.txt)
   flex    FlexAttention over the whole pool with a block mask built from the tables (PyTorch's own route to
           paged attention: no copy; ``torch.compile`` it on a GPU, where it becomes one fused kernel)
   views   row by row: a row whose blocks are one run of the pool (the block manager places rows so that they
@@ -165,7 +165,7 @@ class PagedStep:
     def _head_mask(self, g, window, i, G, dtype):
         """Group ``i``'s mask for ``window``, repeated for the G query heads folded into each KV head's queries
         (R, 1, G T, S), as SDPA adds it (0 where seen, -inf where not): built once per step, read by every layer
-        (a bool mask, SDPA converts each call)."""
+        (SDPA would convert a bool mask to this at every call)."""
         if (i, window) not in self._blocks:
             m = g.masks[window].repeat(1, 1, G, 1)  # (R, 1, G T, S) the same for each head
             self._blocks[i, window] = torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill_(~m, -math.inf)

@@ -31,8 +31,8 @@ PACKED_MIN_MACS = 1 << 20  # a smaller product runs through F.linear: see _packe
 
 def _packed_linear(m: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """``m(x)`` through oneDNN's prepacked weight (see :meth:`Model.prepack`), or through ``F.linear`` when the
-    product is under :data:`PACKED_MIN_MACS` multiply-adds: oneDNN's call costs about 30 us before any arithmetic on
-    this project's CPU, F.linear's about 10 (``results/cpu/linear_prepack.txt``: F.linear is the faster one for
+    product is under :data:`PACKED_MIN_MACS` multiply-adds: oneDNN's call cost about 30 us before any arithmetic on
+    this project's AVX2 machines, F.linear's about 10 (``results/cpu/linear_prepack.txt``: F.linear the faster for
     SmolLM2's qkv and down at 1 token and the embedded target's qkv and down at 1-16 tokens)."""
     if x.numel() // x.shape[-1] * m.weight.numel() < PACKED_MIN_MACS:  # tokens x in x out, from shapes (no sync)
         return F.linear(x, m.weight, m.bias)
