@@ -344,10 +344,11 @@ def cli_config(args) -> tuple[VsConfig, str]:
                 raise ValueError(f"--k-table {args.k_table}: not vLLM's speculative-config keys ({e})") from None
         kw["k_table"] = None if args.k_table == "none" else args.k_table
     threads = args.threads or 1
+    vllm_threads = threads if args.vllm_threads is None else args.vllm_threads
     cfg = VsConfig(engines=tuple(x.strip() for x in args.engines.split(",")), gamma=args.gamma,
                    ngram=tuple(int(x) for x in floats(args.ngram, "--ngram", 2)), lookup_rule=args.lookup_rule,
                    temperature=args.temperature, realtime=args.realtime, threads=threads, prepack=args.prepack,
-                   vllm=VllmSettings(threads, args.vllm_omp, args.vllm_bind, not args.vllm_compile), **kw)
+                   vllm=VllmSettings(vllm_threads, args.vllm_omp, args.vllm_bind, not args.vllm_compile), **kw)
     PromptLookupDraft(*cfg.ngram, rule=cfg.lookup_rule)  # raises where the rule is unknown
     if "smollm2" in cfg.workloads:
         resolve("smollm2-135m-instruct")  # raises, naming `minispec fetch smollm2`, when it is missing
@@ -358,7 +359,8 @@ def cli_config(args) -> tuple[VsConfig, str]:
 
 
 def add_arguments(p) -> None:
-    """``minispec vs-vllm``'s flags (the command line adds --threads)."""
+    """``minispec vs-vllm``'s flags (the command line adds --threads: minispec's torch threads, and vLLM's worker
+    threads unless --vllm-threads says otherwise)."""
     p.add_argument("--quick", action="store_true", help="the embedded pair only, rates 4 and 16, one seed, 3 s of "
                    "arrivals, static batches 1 and 8, no bisection (about 2-3 minutes with vLLM's start-ups)")
     p.add_argument("--workloads", default=None, help="smollm2,pair (default both; --quick: pair)")
@@ -386,6 +388,9 @@ def add_arguments(p) -> None:
                    help="minispec's linears through F.linear (Engine(prepack=False)) instead of oneDNN with prepacked "
                         "weights, as vLLM's CPU build and the Engine by default run them")
     p.add_argument("--realtime", action="store_true", help="sleep through idle gaps (default: skip them)")
+    p.add_argument("--vllm-threads", type=int, default=None,
+                   help="vLLM's worker threads where they differ from minispec's (default: --threads). On 2 cores "
+                        "vLLM's scheduler and frontend run beside its worker; minispec's one process can use both")
     p.add_argument("--vllm-omp", default="gomp", choices=("gomp", "iomp"),
                    help="gomp: vLLM's default OpenMP; iomp: Intel OpenMP in LD_PRELOAD")
     p.add_argument("--vllm-bind", default=None,

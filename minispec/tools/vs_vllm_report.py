@@ -314,8 +314,8 @@ def text(rows: list[dict], cfg, meta: dict | None = None) -> str:
         f"requests); the first {cfg.exclude[0]:.0%} and last {cfg.exclude[1]:.0%} of arrivals served but not counted; "
         f"throughput = tokens produced between the first and last counted arrival / that time. K = {cfg.gamma}, "
         f"n-grams {cfg.ngram[0]}..{cfg.ngram[1]} (minispec's rule {cfg.lookup_rule!r}), temperature "
-        f"{cfg.temperature:g}, minispec's linears {'prepacked (oneDNN)' if cfg.prepack else 'F.linear'}, "
-        f"max_num_seqs {cfg.max_num_seqs}, "
+        f"{cfg.temperature:g}, minispec's linears {'prepacked (oneDNN)' if cfg.prepack else 'F.linear'}, threads: "
+        f"minispec {cfg.threads}, vLLM's worker {cfg.vllm.threads}, max_num_seqs {cfg.max_num_seqs}, "
         f"max_num_batched_tokens {cfg.max_num_batched_tokens}, KV tokens "
         + ", ".join(f"{w} {cfg.kv_of(w)}" for w in cfg.workloads)
         + f". Load average {min(loads):.1f}-{max(loads):.1f} during the runs.")

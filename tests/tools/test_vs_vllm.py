@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from minispec.cli import main
+from minispec.cli import build_parser, main
 from minispec.engine import Engine, Request
 from minispec.tools import vs_vllm, vs_vllm_report, vs_vllm_workload
 from minispec.tools.vllm_side import Served, VllmSettings, available, kv_bytes_per_token
@@ -182,6 +182,7 @@ def test_the_minispec_side_end_to_end_writes_rows_table_and_plot(tmp_path, monke
         (r["setting"], r["mode"], r["engine"]) for r in rows]
     text = (tmp_path / "vs.txt").read_text()
     assert "Under Poisson load" in text and "Goodput (DistServe)" in text and "Static batches" in text
+    assert "threads: minispec 1, vLLM's worker 1," in text
     assert "Where speculation stops paying" in text and "Load average" in text and (tmp_path / "vs.png").stat().st_size
     assert "roofline on this CPU's ceilings" in text and "pair, draft: batch 1:" in text
     (tmp_path / "vs.txt").unlink()
@@ -201,6 +202,16 @@ def test_vllm_settings_name_threads_and_openmp():
     with pytest.raises(ValueError, match="need 999 CPUs|999 vLLM threads"):
         VllmSettings(threads=999).environment()
     assert kv_bytes_per_token(vs_vllm_workload.resolve("tiny-code-target")) == 8 * 2 * 2 * 48 * 4
+
+
+def test_vllm_threads_default_to_minispecs_and_can_differ():
+    parse = lambda *a: vs_vllm.cli_config(build_parser().parse_args(["vs-vllm", "--engines", "minispec", *a]))[0]  # noqa: E731
+    cfg = parse("--threads", "2")
+    assert (cfg.threads, cfg.vllm.threads) == (2, 2)
+    cfg = parse("--threads", "2", "--vllm-threads", "1")
+    assert (cfg.threads, cfg.vllm.threads) == (2, 1)
+    with pytest.raises(ValueError, match="vLLM threads must be an integer >= 1"):
+        parse("--vllm-threads", "0")
 
 
 def test_the_command_checks_its_flags_before_any_work(capsys, tmp_path):
