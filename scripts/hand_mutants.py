@@ -175,6 +175,26 @@ MUTANTS = {
     "engine attention: views copies every row (one run or not)": (
         "minispec/engine/attention.py", "if sp is None:  # not one run", "if True:  # not one run",
         ["tests/engine/test_engine_step.py", "-k", "views_read"], engine(SMALL, attention="'views'")),
+    "engine scheduler: out of blocks, the row after the one being scheduled preempted (not the youngest)": (
+        "minispec/engine/scheduler.py", "victim = self.running.pop()  # the youngest",
+        "victim = self.running.pop(i + 1 if i + 1 < len(self.running) else -1)  # the youngest",
+        ["tests/engine/test_engine_parts.py", "-k", "youngest"], engine(SMALL, num_blocks=14)),
+    "engine device rows: every block table rewritten each step (not only what changed)": (
+        "minispec/engine/batch.py", "            if same < len(new):",
+        "            same = 0\n            if same < len(new):",
+        ["tests/engine/test_device_rows.py"], engine(SMALL)),
+    "engine: the policy never told a step's accepted and tested draft tokens": (
+        "minispec/engine/engine.py", "if policy is not None and plan.gamma:", "if False:",
+        ["tests/engine/test_engine_parts.py", "-k", "policy_is_told_every"], engine(SMALL)),
+    "engine: a run starts from the last run's policy (its estimate carried between runs)": (
+        "minispec/engine/engine.py", "policy = copy.deepcopy(self.policy)", "policy = self.policy",
+        ["tests/engine/test_engine_parts.py", "-k", "policy_is_told_every"], engine(SMALL)),
+    "engine: requests queued in list order, not by arrival (an early one waits behind a later one)": (
+        "minispec/engine/engine.py", "pending = deque(sorted(seqs, key=lambda s: s.arrival_s))",
+        "pending = deque(seqs)", ["tests/engine/test_engine_parts.py", "-k", "arrival_time"], engine(SMALL)),
+    "draft model: its cache never trimmed to the longest row (each draft pass reads every slot written)": (
+        "minispec/drafts/model.py", "        self.cache.trim(state.longest)\n", "",
+        ["tests/speculative/test_loop_counters.py", "-k", "draft_model_attends"], speculative(SMALL)),
     "loop: the target's cache never trimmed to the longest row (each step reads every slot written)": (
         "minispec/speculative/loop.py", "        t_cache.trim(end.longest)\n", "",
         ["tests/speculative/test_loop_counters.py", "-k", "longest_row"], speculative(SMALL)),

@@ -54,3 +54,27 @@ def test_rows_mirror_their_sequences_as_tables_grow_shrink_and_rows_come_and_go(
     rows.sync([d, a])
     check(rows, [a, c, d])
     assert rows.sync([c, a, d]).tolist() == [rows.row[c], rows.row[a], rows.row[d]]
+
+
+def test_a_sync_sends_the_device_only_the_entries_that_changed(monkeypatch):
+    """Between steps a table changes at its end only, so a sync copies that suffix to the device and nothing else
+    (vLLM's InputBatch appends the same way). Rewriting every table every step would mirror the same tables: only
+    what is sent shows the difference."""
+    rows = DeviceRows(rows=3, length=16, blocks=4, scratch=SCRATCH, device="cpu")
+    a, b, c = seq([1, 2, 3], [7]), seq([4, 5], [2, 8]), seq([6], [0, 1])
+    for s in (a, b, c):
+        rows.admit(s)
+    rows.sync([a, b, c])
+    sent, tensor = [], torch.tensor
+
+    def spy(data, *args, **kw):
+        sent.append(list(data))
+        return tensor(data, *args, **kw)
+
+    monkeypatch.setattr(torch, "tensor", spy)
+    a.block_table += [3, 4]  # two new blocks; b hands one back (written as scratch on the device); c is unchanged
+    b.block_table.pop()
+    index = rows.sync([a, b, c])
+    monkeypatch.undo()
+    assert sent == [[3, 4], index.tolist()]
+    check(rows, [a, b, c])

@@ -4,7 +4,7 @@ import types
 
 import pytest
 import torch
-from support import random_model
+from support import nudged_pair, random_model
 
 import minispec
 import minispec.engine.engine as engine_module
@@ -135,6 +135,20 @@ def test_the_scheduler_by_hand():
     assert (c.num_computed, c.num_tokens, c.prefilling, d.num_tokens) == (5, 6, False, 5)
 
 
+def test_out_of_blocks_the_youngest_running_row_is_preempted_first():
+    """4 blocks of 4 slots, four 4-token prompts: one block each, none free. Each decoding row then needs a second
+    block: A's comes from D, the youngest, and B's from C, the youngest left (vLLM V1 preempts the last running
+    request). Preempting any other row keeps every token exact, so only the choice itself shows it."""
+    sched = Scheduler(BlockManager(4, 4), 4, 16)
+    a, b, c, d = (counted(4) for _ in range(4))
+    for s in (a, b, c, d):
+        sched.add(s)
+    sched.update(sched.schedule(), {s: ([0], [False]) for s in (a, b, c, d)}, 1.0)
+    plan = sched.schedule()
+    assert (plan.decode, plan.preempted, list(sched.waiting)) == ([a, b], [d, c], [c, d])
+    assert sched.running == [a, b] and sched.preemptions == 2
+
+
 def test_the_last_token_of_the_budget_still_runs_a_row():
     """Two decoding rows, gamma 4, 6 tokens a step: A takes 1 + 4, B the one token left (its chain cut to nothing,
     a plain step for it: vLLM's rule)."""
@@ -190,6 +204,33 @@ def test_the_policy_is_told_the_decoding_rows_and_their_mean_context():
     assert sched.policy.seen == (2, (3 + 3 + 6 + 1) / 2)  # and, later, every token the row has but its last
 
 
+def test_the_policy_is_told_every_steps_acceptance_and_each_run_starts_from_the_engines_policy():
+    """After each speculative step the engine tells its policy the draft tokens accepted and tested (what an adaptive
+    policy estimates alpha from), and each run starts from the policy as the engine was built with it, even one that
+    carries its estimate between calls: the run's own copy learns. Neither changes a token, only what gamma a policy
+    would choose next."""
+    class Spy(FixedPolicy):
+        starts, told = [], []
+
+        def start(self):
+            super().start()
+            Spy.starts.append((self.accepted, self.tested))
+
+        def observe(self, accepted, tested):
+            Spy.told.append((accepted, tested))
+            super().observe(accepted, tested)
+
+    target, draft = nudged_pair()
+    engine = Engine(target, draft, gamma=Spy(3, carry=True))
+    reqs = [Request([1, 2, 3], 16), Request([4, 5, 6, 7], 12, arrival_s=0.01)]
+    for _ in range(2):
+        engine.run(reqs)
+        s, told, Spy.told[:] = engine.stats, list(Spy.told), []
+        assert len(told) == s.steps - s.batch_per_step.count(0) and 0 < s.accepted_tokens < s.tested_tokens
+        assert (sum(a for a, _ in told), sum(t for _, t in told)) == (s.accepted_tokens, s.tested_tokens)
+    assert Spy.starts == [(0.0, 0.0), (0.0, 0.0)]  # the second run did not start from the first one's evidence
+
+
 def test_a_step_that_decodes_no_row_records_gamma_0():
     """A step whose decoding rows were all preempted keeps the gamma it chose in its plan, but drafted nothing: the
     stats record 0 for it (serve-bench's mean gamma weights the steps that decoded)."""
@@ -206,11 +247,19 @@ def test_a_prompt_longer_than_the_budget_is_prefilled_in_chunks_and_decodes_exac
     target, draft = random_model(seed=0), random_model(seed=1, layers=1, hidden=32, heads=2, kv_heads=1)
     prompts = [[1, 2, 3], [(7 * i) % 64 for i in range(45)]]
     engine = Engine(target, draft, gamma=4, max_num_batched_tokens=16)
-    outs = engine.run([Request(prompts[0], 20), Request(prompts[1], 20, arrival_s=1e-6)])
+    outs = engine.run([Request(prompts[0], 20), Request(prompts[1], 20)])  # both at t = 0, served in this order
     assert [o.tokens for o in outs] == minispec.generate(target, prompts, 20).tokens
     s = engine.stats
     assert max(s.tokens_per_step) == 16 and s.prefill_per_step[:5] == [2, 1, 1, 1, 0]
     assert s.tokens_per_step[:4] == [3 + 13, 5 + 11, 5 + 11, 5 + 10]
+
+
+def test_requests_join_by_arrival_time_whatever_their_order_in_the_list():
+    """Engine.run takes requests in any order and admits each when the clock passes its arrival_s: a later arrival
+    listed first does not hold back an earlier one (whose first token would then wait for it). The clock skips the
+    idle gap, so the 5 s cost nothing."""
+    outs = Engine(random_model(seed=0)).run([Request([1, 2, 3], 4, arrival_s=5.0), Request([4, 5], 4)])
+    assert outs[1].first_token_s < 5.0 <= outs[0].first_token_s and outs[1].ttft_s < 5.0
 
 
 @pytest.mark.parametrize("name", ["model", "lookup"])

@@ -74,3 +74,24 @@ def test_each_step_attends_over_the_longest_row_not_every_slot_written(monkeypat
     out = minispec.speculative_generate(target, draft, [[1, 2, 3], [4, 5, 6, 7]], gamma=4, max_new_tokens=40)
     assert len(seen) >= 5 and out.stats.accepted_tokens < 4 * out.stats.num_drafts  # rejections happened
     assert all(bound <= longest + 1 for bound, longest in seen), seen  # + 1: a row's last token, not yet written
+
+
+def test_the_draft_model_attends_over_the_longest_row_too(monkeypatch):
+    """The draft model's own cache is trimmed to the longest row at each catch-up, as the target's is: its
+    drafting passes then read about that many slots. Skipped, each draft pass would read every slot a step ever
+    wrote (rejected draft tokens' included): the same tokens and proposals, more work each step."""
+    from minispec.drafts import model
+
+    target, draft = nudged_pair()
+    seen, extend = [], model._ModelRun.extend
+
+    def checked(self, tokens, *args, **kw):
+        seen.append((self.cache.bound, int(self.cache.lengths.max())))  # slots this pass reads; the longest row
+        return extend(self, tokens, *args, **kw)
+
+    monkeypatch.setattr(model._ModelRun, "extend", checked)
+    out = minispec.speculative_generate(target, draft, [[1, 2, 3], [4, 5, 6, 7]], gamma=4, max_new_tokens=40)
+    assert len(seen) >= 5 and out.stats.accepted_tokens < 4 * out.stats.num_drafts  # rejections happened
+    # + 2: the catch-up trims to the longest row before it re-reads its last 2 tokens (ModelDraft's lag), which adds
+    # them to the host-side bound; untrimmed, the bound grows by every slot each step writes
+    assert all(bound <= longest + 2 for bound, longest in seen), seen
