@@ -9,10 +9,11 @@ A group of decoding rows reads R x its longest row's slots of keys and values ea
 600; more groups cost more kernel calls. Each cost (``GROUP_BYTES``: one more group's price in bytes of keys and
 values read, :func:`minispec.engine.attention.group_cost`; 1e15: always one group) serves the same static batch
 through the engine, rounds alternated in one process: SmolLM2-135M-Instruct (float32, the vs-vllm workload's
-prompts of 64-512 tokens) at batch 32, the embedded pair plain at 32 and with its draft model at 8. Every run's
-tokens must equal the first's. One torch thread. Writes results/cpu/engine_groups.txt. ``--attention`` crosses the
-costs with the engine's attention paths (``views``: rows read in place where their blocks are one run), and the
-table adds the decoding steps' seconds (steps with no prefill chunk), where attention's share is largest.
+prompts of 64-512 tokens) at batch 32, the embedded pair plain at 32 and with its draft model at 8 (``--cases``
+names others). Every run's tokens must equal the first's. One torch thread unless ``--threads``. Writes
+results/cpu/engine_groups.txt. ``--attention`` crosses the costs with the engine's attention paths (``views``:
+rows read in place where their blocks are one run; ``auto``: lone rows so), and the table adds the decoding
+steps' seconds (steps with no prefill chunk), where attention's share is largest.
 """
 
 import argparse
@@ -29,7 +30,7 @@ import minispec.engine.attention as attention
 from minispec.tools.vs_vllm import VsConfig, served_by_minispec
 from minispec.tools.vs_vllm_workload import minispec_engines, static_jobs, workload
 
-CASES = (("smollm2", 32, "plain"), ("pair", 32, "plain"), ("pair", 8, "draft"))
+CASES = "smollm2:32:plain,pair:32:plain,pair:8:draft"  # workload:batch:setting
 
 
 def main() -> None:
@@ -37,37 +38,45 @@ def main() -> None:
     ap.add_argument("--costs", default="1e15,262144,1048576,4194304")
     ap.add_argument("--attention", default="gather", help="attention paths, e.g. gather,views")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cases", default=CASES, help="workload:batch:setting,... (settings: plain, ngram, draft); a "
+                    "batch under 8 serves 8 requests in rounds of it")
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="results/cpu/engine_groups.txt")
     args = ap.parse_args()
     if Path(args.out).is_dir() or not Path(args.out).parent.is_dir():
         ap.error(f"--out must be a file in an existing folder, got {args.out!r}")  # before minutes of measuring
-    torch.set_num_threads(1)
+    cases = [(w, int(b), s) for w, b, s in (c.split(":") for c in args.cases.split(","))]
+    torch.set_num_threads(args.threads)
     knobs = [(int(float(c)), a) for c in args.costs.split(",") for a in args.attention.split(",")]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     lines = [f"# engine attention groups: output tok/s of one static batch per cost (rounds alternated); torch "
-             f"{torch.__version__}, 1 thread, commit {commit}, load average before {os.getloadavg()[0]:.1f}", "",
+             f"{torch.__version__}, {args.threads} thread(s), commit {commit}, load average before "
+             f"{os.getloadavg()[0]:.1f}", "",
              "| workload | batch | setting | group bytes | attention | tok/s per round | median | / first row "
              "| decoding steps s, median | / first row |", "| --- " * 10 + "|"]
-    for name, B, setting in CASES:
-        cfg = VsConfig(engines=("minispec",), static_min=B)
+    for name, B, setting in cases:
+        cfg = VsConfig(engines=("minispec",), static_min=max(B, 8))
         w = workload(name)
         engine = minispec_engines(w, cfg, None)[setting]
-        batch = static_jobs(w["prompts"], w["outputs"], B, cfg, w["eos"])[0]
-        served_by_minispec(engine, [replace(j, max_new_tokens=8) for j in batch[:4]], False)  # first calls
+        rounds = static_jobs(w["prompts"], w["outputs"], B, cfg, w["eos"])  # one batch, or 8 requests in rounds
+        served_by_minispec(engine, [replace(j, max_new_tokens=8) for j in rounds[0][:4]], False)  # first calls
         first, rates, decoding = None, {k: [] for k in knobs}, {k: [] for k in knobs}
         for _ in range(args.rounds):
             for c, a in knobs:
                 attention.GROUP_BYTES, engine.runner.attention = c, a
-                t = time.perf_counter()
-                out, _ = served_by_minispec(engine, batch, False)
-                seconds = time.perf_counter() - t
-                tokens = [o.tokens for o in out]
+                seconds, tokens, dec = 0.0, [], 0.0
+                for batch in rounds:
+                    t = time.perf_counter()
+                    out, _ = served_by_minispec(engine, batch, False)
+                    seconds += time.perf_counter() - t
+                    tokens += [o.tokens for o in out]
+                    st = engine.stats
+                    dec += sum(s for s, p in zip(st.step_s, st.prefill_per_step) if p == 0)
                 if first is not None and tokens != first:
                     raise RuntimeError(f"{name} {setting}: cost {c}, attention {a} changed the tokens")
                 first = tokens
                 rates[c, a].append(sum(map(len, tokens)) / seconds)
-                st = engine.stats
-                decoding[c, a].append(sum(s for s, p in zip(st.step_s, st.prefill_per_step) if p == 0))
+                decoding[c, a].append(dec)
         base, dbase = statistics.median(rates[knobs[0]]), statistics.median(decoding[knobs[0]])
         for c, a in knobs:
             med, dmed = statistics.median(rates[c, a]), statistics.median(decoding[c, a])

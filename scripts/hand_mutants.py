@@ -175,6 +175,15 @@ MUTANTS = {
     "engine attention: views copies every row (one run or not)": (
         "minispec/engine/attention.py", "if sp is None:  # not one run", "if True:  # not one run",
         ["tests/engine/test_engine_step.py", "-k", "views_read"], engine(SMALL, attention="'views'")),
+    "engine attention: auto copies a lone row whose blocks are one run (as the gather does)": (
+        "minispec/engine/attention.py", "one = len(g.spans) == 1 and g.spans[0] is not None", "one = False",
+        ["tests/engine/test_engine_step.py", "-k", "auto_reads"], engine(SMALL)),
+    "sampling: a greedy batch under the exact rule still draws the accept test's uniforms": (
+        "minispec/decoding/sampling.py", "if exact and self.params.greedy:", "if False:",
+        ["tests/decoding/test_random_numbers_once.py", "-k", "draws_nothing"], engine(SMALL)),
+    "loop: the accept test never told that its rule is exact (a greedy batch draws uniforms)": (
+        "minispec/speculative/loop.py", "exact=tree is not None or rule is accept_reject", "exact=False",
+        ["tests/decoding/test_random_numbers_once.py", "-k", "draws_nothing"], speculative(SMALL)),
     "engine scheduler: out of blocks, the row after the one being scheduled preempted (not the youngest)": (
         "minispec/engine/scheduler.py", "victim = self.running.pop()  # the youngest",
         "victim = self.running.pop(i + 1 if i + 1 < len(self.running) else -1)  # the youngest",

@@ -10,6 +10,10 @@ real token; its output is dropped), its keys and values read through its block t
 
 How the keys and values are read is the ``attention`` backend (:data:`ATTENTION`):
 
+  auto    the default: a group of one row whose blocks are one run of the pool is read in place, as ``views``
+          reads it (the same one SDPA call, and no copy); every other group as ``gather`` reads it (one call for
+          all its rows). A batch of one is always such a group, and so is a long prompt's later chunk
+          (results/cpu/engine_auto.txt)
   gather  copy each row's blocks into a dense (R, K, S, D) tensor and call SDPA: the reference, and on
           this project's 2-core CPUs the fastest measured (compiled FlexAttention 1.4-2x slower up to 8 rows on an
           AVX2 machine, 1.9-2.2x up to 32 rows of 256 tokens and level at 32 rows of 2,048 on an AVX-512 one;
@@ -19,8 +23,8 @@ How the keys and values are read is the ``attention`` backend (:data:`ATTENTION`
   views   row by row: a row whose blocks are one run of the pool (the block manager places rows so that they
           mostly are, :mod:`minispec.engine.blocks`) is a *view* of it, (1, K, S, D) with no copy, and SDPA reads
           it in place; any other row is copied as ``gather`` copies it. One SDPA call a row instead of one a group:
-          in this project's engine on its CPU no faster than the gather (results/cpu/engine_views.txt), so not the
-          default
+          in this project's engine on its CPU no faster than the gather for groups of many rows
+          (results/cpu/engine_views.txt), so only ``auto``'s lone rows read this way
 
 All are tested equal to each other (logits within float tolerance, greedy tokens identical) on steps that
 mix prefill chunks, decoding rows, draft tokens and trees.
@@ -37,7 +41,7 @@ import torch.nn.functional as F
 
 from minispec.engine.paged import PagedPool
 
-ATTENTION = ("gather", "flex", "views")
+ATTENTION = ("auto", "gather", "flex", "views")
 GROUP_BYTES = 1 << 18  # what one more group of rows costs (its kernel calls each layer), in KV bytes read: by_length
 
 
@@ -113,12 +117,12 @@ class PagedStep:
     attends = True
 
     def __init__(self, pool: PagedPool, positions: torch.Tensor, slots: torch.Tensor, groups: list[Group],
-                 attention: str = "gather", compiled: bool | None = None):
+                 attention: str = "auto", compiled: bool | None = None):
         """``compiled``: compile FlexAttention (default: on a GPU)."""
         if attention not in ATTENTION:
             raise ValueError(f"attention must be one of {ATTENTION}, got {attention!r}")
         self.pool, self.positions, self.slots, self.groups = pool, positions, slots, groups  # (1, N), (N,)
-        self.read = {"gather": self._gather, "flex": self._flex, "views": self._views}[attention]
+        self.read = {"auto": self._auto, "gather": self._gather, "flex": self._flex, "views": self._views}[attention]
         self.compiled = positions.device.type == "cuda" if compiled is None else compiled
         self._blocks = {}  # each (group, window)'s mask (gather) or block mask (flex), built once per step
 
@@ -142,6 +146,12 @@ class PagedStep:
             y = self.read(layer, qg, g, window, i)  # (R, H, T, D)
             out.index_copy_(0, g.dest, y.transpose(1, 2).flatten(0, 1)[g.keep])  # the real queries' outputs
         return out.transpose(0, 1)[None]  # (1, H, N, D)
+
+    def _auto(self, layer, q, g, window, i):
+        """The default: a group of one row whose blocks are one run is read in place (``views``: the same one SDPA
+        call, no copy); any other group is copied (``gather``: one call for all its rows)."""
+        one = len(g.spans) == 1 and g.spans[0] is not None
+        return (self._views if one else self._gather)(layer, q, g, window, i)
 
     def _gather(self, layer, q, g, window, i):
         """The reference: copy each row's blocks into a dense tensor, then SDPA."""

@@ -19,7 +19,8 @@ anyone's keys. No prefix caching: blocks are never shared.
 blocks), but it decides whether a row's slots are one run of the pool. A growing row takes the block right after
 its last one when that is free; a new row (or one whose next block is taken) starts in the middle of the longest
 run of free blocks, so that rows admitted one after another leave each other room to grow. A row whose blocks are
-one run can be attended as a view of the pool, with no copy (:mod:`minispec.engine.attention`, ``"views"``).
+one run can be attended as a view of the pool, with no copy (:mod:`minispec.engine.attention`: ``"views"``, and
+``"auto"`` for a row attended alone).
 """
 
 from __future__ import annotations

@@ -135,9 +135,10 @@ class Engine:
     memory if more, and at least one such sequence). ``max_num_seqs`` requests run at once at most;
     ``max_num_batched_tokens`` the target reads per step at most (prefill chunks plus 1 + K per decoding row).
     ``rule``: the accept rule, as in ``speculative_generate`` (benchmarks of random weights swap in a synthetic
-    one; ``stats.synthetic`` says so). ``attention``: how the step reads the paged KV (``"gather"``, the reference,
-    ``"flex"``, FlexAttention through the block tables, or ``"views"``, each row in place where its blocks are one
-    run of the pool; :mod:`minispec.engine.attention`). ``prepack``: run the
+    one; ``stats.synthetic`` says so). ``attention``: how the step reads the paged KV (``"auto"``, the default: a
+    lone row in place, other groups copied; ``"gather"``, the reference, every group copied; ``"flex"``,
+    FlexAttention through the block tables; or ``"views"``, each row in place where its blocks are one run of the
+    pool; :mod:`minispec.engine.attention`). ``prepack``: run the
     target's (and a draft model's) linear layers through oneDNN with prepacked weights, as vLLM's CPU build does
     (:meth:`~minispec.model.llama.Model.prepack`: in place, 1.4-2.7x faster forwards here, the products equal up to
     float rounding); default on a CPU, a no-op elsewhere. Pass False to keep the model's own F.linear.
@@ -145,7 +146,7 @@ class Engine:
 
     def __init__(self, target: Model, draft=None, gamma: int | str | GammaPolicy = 4, block_size: int = 16,
                  num_blocks: int | None = None, max_num_seqs: int = 64, max_num_batched_tokens: int = 2048, *,
-                 rule=accept_reject, attention: str = "gather", prepack: bool = True):
+                 rule=accept_reject, attention: str = "auto", prepack: bool = True):
         if not isinstance(target, Model):
             raise ValueError(f"target must be a minispec Model (minispec.load(...)[0]), got {type(target).__name__}")
         for name, v in (("block_size", block_size), ("max_num_seqs", max_num_seqs),

@@ -62,7 +62,7 @@ class ModelRunner:
     ``rows`` sequences at once of at most ``length`` tokens; ``attention``: see :mod:`minispec.engine.attention`."""
 
     def __init__(self, target: Model, draft: Draft | None, num_blocks: int, block_size: int, rows: int,
-                 length: int, rule=accept_reject, attention: str = "gather"):
+                 length: int, rule=accept_reject, attention: str = "auto"):
         cfg, dev = target.config, target.device
         self.target, self.draft, self.rule, self.attention = target, draft, rule, attention
         self.pool = PagedPool(cfg.num_hidden_layers, num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim,

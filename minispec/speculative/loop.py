@@ -69,7 +69,7 @@ def accept(proposal: Proposal, p: torch.Tensor, h: torch.Tensor | None, run: Dra
     accepted tokens and one more to ``state``, move a tree's accepted path's KV next to its prefix
     (``compact(path)``), and tell the draft what was kept. Returns path (B, depth) and rank (B, depth) or None."""
     x, q, tree = proposal
-    u = sampler.accept_uniforms(state.total, x.shape[1])  # (B, T) one uniform per draft token
+    u = sampler.accept_uniforms(state.total, x.shape[1], exact=tree is not None or rule is accept_reject)  # (B, T)
     draw = lambda w: sampler.draw(w, state.total)  # noqa: E731 the target's draw: a correction or bonus
     if tree is None:
         accepted, t = rule(p, q, x, u, draw)  # (B, T), (B,)

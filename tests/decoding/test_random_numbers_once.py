@@ -56,12 +56,31 @@ def test_a_row_never_draws_the_same_number_twice(code, kind, temperature, monkey
     kw = dict(max_new_tokens=60, temperature=temperature, seed=[12345])
     if DRAFTS[kind] is None:
         minispec.generate(target, prompt, **kw)
-        if temperature == 0:  # greedy plain decoding takes argmaxes and draws nothing
-            assert not seen
-            return
     else:
         draft = DRAFTS[kind](target, small)
         minispec.speculative_generate(target, draft, prompt, gamma=Scripted([3, 0, 2, 3, 0, 0, 1]), **kw)
+    if temperature == 0:  # greedy decoding takes argmaxes and draws nothing; so does the exact accept test, where p
+        assert not seen   # and q are one-hot and every u gives the same answer
+        return
     u = torch.cat([s.flatten() for s in seen])  # every number the row drew
     assert len(u) > 30
     assert len(torch.unique(u)) == len(u), f"{len(u) - len(torch.unique(u))} of {len(u)} numbers drawn twice"
+
+
+def test_the_engine_draws_nothing_for_a_greedy_batch_but_a_synthetic_rule_still_draws(code, monkeypatch):
+    """A greedy batch through the engine with a draft model and a tree: no uniform drawn (a Philox pass per step
+    saved). A synthetic rule (a benchmark's Bernoulli(alpha)) accepts by the accept test's uniforms, so it still
+    draws them at temperature 0, and its rows accept about alpha of their draft tokens."""
+    from minispec.engine import Engine, Request
+    from minispec.tools.bench import SyntheticAcceptance
+
+    target, small = code
+    prompts = [list(b"def main(argv):\n    for arg in argv:\n")[: 20 + 5 * i] for i in range(3)]
+    seen = drawn(monkeypatch)
+    for draft in (small, TreeDraft(small, branching=(2, 1))):
+        Engine(target, draft, gamma=3).run([Request(p, 16) for p in prompts])
+        assert not seen
+    engine = Engine(target, small, gamma=3, rule=SyntheticAcceptance(0.5))
+    engine.run([Request(p, 40) for p in prompts])
+    assert seen and engine.stats.synthetic
+    assert 0.3 < engine.stats.alpha_estimate < 0.7  # Bernoulli(0.5) by the drawn uniforms, not a constant

@@ -99,15 +99,16 @@ def test_every_attention_path_equals_the_gather(pair, draft_kind, monkeypatch):
 
     for path in ("_gather", "_flex", "_views"):
         monkeypatch.setattr(PagedStep, path, counted(path))
-    for attention in ("gather", "flex", "views"):
+    for attention in ("gather", "flex", "views", "auto"):
         engine = Engine(target, d, gamma=3, num_blocks=48, max_num_batched_tokens=32, attention=attention)
         with Passes(target) as passes:
             outs = engine.run([Request(p, 12, arrival_s=0.002 * i) for i, p in enumerate(prompts[:4])])
         runs[attention] = outs, engine.stats, passes.logits
-        assert set(reads) == {"_" + attention}, set(reads)  # this path, and only it, read the pool
+        want = {"_views", "_gather"} if attention == "auto" else {"_" + attention}  # auto: lone rows in place
+        assert set(reads) == want, set(reads)  # this path, and only it, read the pool
         reads.clear()
     g_out, g_stats, g_logits = runs["gather"]
-    for attention in ("flex", "views"):
+    for attention in ("flex", "views", "auto"):
         f_out, f_stats, f_logits = runs[attention]
         assert [o.tokens for o in f_out] == [o.tokens for o in g_out]
         assert f_stats.accepted_per_position == g_stats.accepted_per_position and sum(g_stats.accepted_per_position)
@@ -269,6 +270,39 @@ def test_views_read_one_run_rows_in_place_and_copy_the_others_as_the_gather_does
     assert len(copies) == 2  # row 1's keys and values; row 0's are read in place
     monkeypatch.undo()
     torch.testing.assert_close(got, steps["gather"]._gather(0, q, g, window, 0), rtol=1e-5, atol=1e-6)
+
+
+def test_auto_reads_a_lone_one_run_row_in_place_and_copies_a_group_of_rows():
+    """The default path: a group of one row whose blocks are one run of the pool (3, 4, 5) is read as a view of it,
+    with no copy; a group of two rows (one of them scattered) and a lone scattered row are copied as the gather
+    copies them; every output is the gather's (two causal queries, 6 heads over 2 KV heads)."""
+    from minispec.engine.attention import span
+    from minispec.model.llama import attention_masks
+
+    bs, H, K, D, T = 4, 6, 2, 8, 2
+    pool = PagedPool(1, num_blocks=12, block_size=bs, kv_heads=K, head_dim=D)
+    torch.manual_seed(1)
+    pool.k.normal_(), pool.v.normal_()
+    lists, lengths = [[3, 4, 5, 6], [9, 1, 7]], torch.tensor([11, 7])
+    tables = torch.tensor([lists[0], lists[1] + [12]])  # (R, nb) the scratch block 12 pads row 1
+    spans = tuple(span(t, int(n) + T, bs) for t, n in zip(lists, lengths))
+    assert spans == ((12, 11 + T), None)
+    q = torch.randn(2, H, T, D)  # (R, H, T, D)
+    copies = []
+    select = torch.Tensor.index_select
+    for rows, want in (([0], 0), ([1], 2), ([0, 1], 2)):  # copies (index_select calls) each group should make
+        i = torch.tensor(rows)
+        new = lengths[i, None] + torch.arange(T)  # (R, T)
+        _, masks = attention_masks(new, int(new.max()) + 1, None, (None,))
+        g = group(torch.arange(len(rows) * T).view(-1, T), torch.ones(len(rows), T, dtype=torch.bool), tables[i],
+                  masks, bs, spans=tuple(spans[r] for r in rows))
+        steps = {a: PagedStep(pool, new.flatten()[None], new.flatten(), [g], a) for a in ("gather", "auto")}
+        copies.clear()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(torch.Tensor, "index_select", lambda self, *a: (copies.append(self.shape), select(self, *a))[1])
+            got = steps["auto"].read(0, q[i], g, None, 0)
+        assert len(copies) == want, (rows, copies)
+        torch.testing.assert_close(got, steps["gather"]._gather(0, q[i], g, None, 0), rtol=1e-5, atol=1e-6)
 
 
 def test_the_flex_block_mask_visits_each_rows_own_blocks_and_no_other():
