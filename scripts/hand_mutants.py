@@ -184,6 +184,19 @@ MUTANTS = {
     "loop: the accept test never told that its rule is exact (a greedy batch draws uniforms)": (
         "minispec/speculative/loop.py", "exact=tree is not None or rule is accept_reject", "exact=False",
         ["tests/decoding/test_random_numbers_once.py", "-k", "draws_nothing"], speculative(SMALL)),
+    "engine attention: a group's mask built again in every layer (not once a step)": (
+        "minispec/engine/attention.py", "        if (i, window) not in self._blocks:\n            m = g.masks",
+        "        if True:\n            m = g.masks", [WORK, "-k", "mask_is_built"], engine(SMALL)),
+    "engine draft model: a prompt read with the LM head at every token (not only each chunk's last)": (
+        "minispec/engine/drafting.py", "chunk.tokens, cache, output_index=chunk.last[:, None], num_layers",
+        "chunk.tokens, cache, num_layers", [WORK, "-k", "lm_head"], engine(SMALL)),
+    "engine runner: a request's tokens sent to its device row again with every prefill chunk": (
+        "minispec/engine/runner.py", "            if s.num_computed == 0:\n                self.rows.admit(s)",
+        "            if True:\n                self.rows.admit(s)", ["tests/engine/test_device_rows.py", "-k", "once"],
+        engine(SMALL)),
+    "engine: glibc never told to keep freed memory (each step's temporaries faulted in again)": (
+        "minispec/engine/engine.py", "            keep_freed_memory()\n", "            pass\n",
+        [WORK, "-k", "keeps_the_memory"], engine(SMALL)),
     "engine scheduler: out of blocks, the row after the one being scheduled preempted (not the youngest)": (
         "minispec/engine/scheduler.py", "victim = self.running.pop()  # the youngest",
         "victim = self.running.pop(i + 1 if i + 1 < len(self.running) else -1)  # the youngest",

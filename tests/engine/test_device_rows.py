@@ -78,3 +78,21 @@ def test_a_sync_sends_the_device_only_the_entries_that_changed(monkeypatch):
     monkeypatch.undo()
     assert sent == [[3, 4], index.tolist()]
     check(rows, [a, b, c])
+
+
+def test_a_prompt_read_in_chunks_is_sent_to_the_device_once(monkeypatch):
+    """The runner admits a request's tokens to its device row when its first chunk runs (num_computed 0), not again
+    with each later chunk: a 90-token prompt under a 32-token budget runs in three chunks and one admit. (Admitting
+    at every chunk re-sends the whole prompt each time and keeps every token the same.)"""
+    import minispec
+    from minispec.engine import Engine, Request
+
+    target = minispec.load("tiny-code-target")[0]
+    admitted = []
+    admit = DeviceRows.admit
+    monkeypatch.setattr(DeviceRows, "admit", lambda self, s: (admitted.append(s.index), admit(self, s))[1])
+    engine = Engine(target, None, max_num_batched_tokens=32)
+    out = engine.run([Request(list(range(40, 130)), 4), Request(list(range(50, 60)), 4)])
+    assert [len(o.tokens) for o in out] == [4, 4] and engine.stats.preemptions == 0
+    assert sum(1 for p in engine.stats.prefill_per_step if p) >= 3  # the long prompt took three chunks
+    assert sorted(admitted) == sorted(set(admitted)) and len(admitted) == 2  # each request sent once
