@@ -95,4 +95,4 @@ def test_a_prompt_read_in_chunks_is_sent_to_the_device_once(monkeypatch):
     out = engine.run([Request(list(range(40, 130)), 4), Request(list(range(50, 60)), 4)])
     assert [len(o.tokens) for o in out] == [4, 4] and engine.stats.preemptions == 0
     assert sum(1 for p in engine.stats.prefill_per_step if p) >= 3  # the long prompt took three chunks
-    assert sorted(admitted) == sorted(set(admitted)) and len(admitted) == 2  # each request sent once
+    assert sorted(admitted) == [0, 1]  # each request sent once

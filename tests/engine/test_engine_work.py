@@ -6,7 +6,11 @@ cut draft's tail fed, a step's drafts not summed, the target's own EOS counted a
 draft model's prompt read with its LM head at every token, a step's mask built again in every layer, glibc left to
 unmap what each step frees."""
 
+import os
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -213,10 +217,6 @@ def test_an_engine_on_a_cpu_keeps_the_memory_its_steps_free():
     (gathered keys and values, logits) are unmapped when freed and faulted in again the next step. A fresh process,
     the embedded target at batch 8, 48 steps after a first run: measured 21-1,723 minor page faults with it, about
     27,500 without (this project's AVX-512 machine). Linux only."""
-    import subprocess
-    import sys
-    from pathlib import Path
-
     if not sys.platform.startswith("linux"):
         pytest.skip("glibc's malloc settings: Linux only")
     code = (
@@ -234,7 +234,7 @@ def test_an_engine_on_a_cpu_keeps_the_memory_its_steps_free():
         "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f, e.stats.steps)\n")
     root = str(Path(minispec.__file__).resolve().parents[1])  # the package under test, in the child too
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
-                         env={**__import__("os").environ, "PYTHONPATH": root}, timeout=300)
+                         env={**os.environ, "PYTHONPATH": root}, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     faults, steps = map(int, out.stdout.split())
     assert steps >= 48 and faults < 100 * steps, (faults, steps)
