@@ -235,7 +235,7 @@ def _serve_bench(args) -> None:
 
 
 def _vs_vllm(args) -> None:
-    from minispec.tools.vs_vllm import from_args
+    from minispec.tools.vs_vllm_cli import from_args
 
     args.threads = args.threads or default_threads()  # minispec's torch threads and vLLM's worker threads alike
     with timed(args):
@@ -306,7 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("vs-vllm", help="the same requests through minispec's engine and vLLM's, plain and "
                        "speculative, under load and in static batches: TTFT, TPOT, throughput, goodput, ratios")
-    from minispec.tools.vs_vllm import add_arguments as vs_vllm_arguments  # its own flags
+    from minispec.tools.vs_vllm_cli import add_arguments as vs_vllm_arguments  # its own flags
     vs_vllm_arguments(p)
     add_threads(p)
     p.set_defaults(func=_vs_vllm)

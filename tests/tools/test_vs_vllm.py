@@ -9,7 +9,7 @@ import pytest
 
 from minispec.cli import build_parser, main
 from minispec.engine import Engine, Request
-from minispec.tools import vs_vllm, vs_vllm_report, vs_vllm_workload
+from minispec.tools import vs_vllm, vs_vllm_cli, vs_vllm_report, vs_vllm_workload
 from minispec.tools.vllm_side import Served, VllmSettings, available, kv_bytes_per_token
 from minispec.tools.vs_vllm import VsConfig, served_by_minispec, step_events
 from minispec.tools.vs_vllm_workload import Job, code_prompts, jobs, static_jobs
@@ -186,7 +186,7 @@ def test_the_minispec_side_end_to_end_writes_rows_table_and_plot(tmp_path, monke
     assert "Where speculation stops paying" in text and "Load average" in text and (tmp_path / "vs.png").stat().st_size
     assert "roofline on this CPU's ceilings" in text and "pair, draft: batch 1:" in text
     (tmp_path / "vs.txt").unlink()
-    assert vs_vllm.redraw(tmp_path / "vs.jsonl") == text == (tmp_path / "vs.txt").read_text()  # from the .jsonl
+    assert vs_vllm_cli.redraw(tmp_path / "vs.jsonl") == text == (tmp_path / "vs.txt").read_text()  # from the .jsonl
     kt = (tmp_path / "vllm_k_table.txt").read_text()
     assert "[[1, 1, 4], [2, 64, 1]]" in kt and "minispec: the table's TPOT p50 beats fixed K at" in kt
     assert json.loads((tmp_path / "vllm_k_table.jsonl").read_text().splitlines()[0])["k_table"] == table
@@ -205,7 +205,7 @@ def test_vllm_settings_name_threads_and_openmp():
 
 
 def test_vllm_threads_default_to_minispecs_and_can_differ():
-    parse = lambda *a: vs_vllm.cli_config(build_parser().parse_args(["vs-vllm", "--engines", "minispec", *a]))[0]  # noqa: E731
+    parse = lambda *a: vs_vllm_cli.cli_config(build_parser().parse_args(["vs-vllm", "--engines", "minispec", *a]))[0]  # noqa: E731
     cfg = parse("--threads", "2")
     assert (cfg.threads, cfg.vllm.threads) == (2, 2)
     cfg = parse("--threads", "2", "--vllm-threads", "1")
