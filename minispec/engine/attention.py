@@ -117,8 +117,9 @@ class PagedStep:
     attends = True
 
     def __init__(self, pool: PagedPool, positions: torch.Tensor, slots: torch.Tensor, groups: list[Group],
-                 attention: str = "auto", compiled: bool | None = None):
-        """``compiled``: compile FlexAttention (default: on a GPU)."""
+                 attention: str, compiled: bool | None = None):
+        """``attention``: one of :data:`ATTENTION` (the engine's default is its runner's); ``compiled``: compile
+        FlexAttention (default: on a GPU)."""
         if attention not in ATTENTION:
             raise ValueError(f"attention must be one of {ATTENTION}, got {attention!r}")
         self.pool, self.positions, self.slots, self.groups = pool, positions, slots, groups  # (1, N), (N,)

@@ -336,3 +336,21 @@ def test_a_group_whose_masks_read_past_its_tables_is_refused():
         else:
             with pytest.raises(ValueError, match="read 4 blocks a row but the tables hold 3"):
                 group(torch.tensor([[0], [1]]), torch.ones(2, 1, dtype=torch.bool), tables, masks, 4)
+
+
+def test_flex_is_compiled_where_asked_and_by_default_on_a_gpu_only(monkeypatch):
+    """``compiled`` picks the FlexAttention kernel: True asks for the compiled one even on a CPU (what
+    scripts/engine_attention.py measures), False and the default for the eager one on a CPU (a GPU's default is the
+    compiled one). The kernel is stood in for by the eager one, so nothing compiles here."""
+    import minispec.engine.attention as attention
+
+    pool = PagedPool(1, num_blocks=12, block_size=4, kv_heads=1, head_dim=8)
+    tables = torch.tensor([[11, 3, 12], [0, 5, 7]])  # (R, nb) the scratch block 12 pads row 0
+    masks = {None: (torch.arange(10) < torch.tensor([7, 10])[:, None])[:, None, None, :]}  # (R, 1, T=1, S)
+    g = group(torch.tensor([[0], [1]]), torch.ones(2, 1, dtype=torch.bool), tables, masks, pool.block_size)
+    asked, eager = [], attention.flex_function.__wrapped__(False)
+    monkeypatch.setattr(attention, "flex_function", lambda compiled: (asked.append(compiled), eager)[1])
+    for compiled in (True, False, None):
+        step = PagedStep(pool, torch.zeros(1, 2, dtype=torch.long), torch.tensor([6, 9]), [g], "flex", compiled)
+        step._flex(0, torch.randn(2, 1, 1, 8), g, None, 0)
+    assert asked == [True, False, False]

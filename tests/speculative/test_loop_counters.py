@@ -5,6 +5,7 @@ over every slot a step ever wrote (rejected draft tokens' included)."""
 
 import math
 
+import torch
 from support import nudged_pair
 
 import minispec
@@ -95,3 +96,22 @@ def test_the_draft_model_attends_over_the_longest_row_too(monkeypatch):
     # + 2: the catch-up trims to the longest row before it re-reads its last 2 tokens (ModelDraft's lag), which adds
     # them to the host-side bound; untrimmed, the bound grows by every slot each step writes
     assert all(bound <= longest + 2 for bound, longest in seen), seen
+
+
+def test_a_chain_tells_its_draft_the_accepted_path_with_minus_one_past_each_rows_count(monkeypatch):
+    """``DraftRun.verified``'s contract: path (B, gamma) holds 1..n for a row's n accepted draft tokens and -1 past
+    them (a tree's verifier marks "no node" the same way), whatever n is; some row here stops short of gamma and
+    some accepts one or more, so both halves of the path are checked."""
+    from minispec.drafts.model import _ModelRun
+
+    told, verified = [], _ModelRun.verified
+    monkeypatch.setattr(_ModelRun, "verified", lambda self, path, n, f: (told.append((path, n)),
+                                                                          verified(self, path, n, f))[1])
+    target, draft = nudged_pair()
+    minispec.speculative_generate(target, draft, PROMPTS, gamma=3, max_new_tokens=24)
+    assert told
+    for path, n in told:
+        j = torch.arange(1, path.shape[1] + 1)  # (gamma,)
+        assert torch.equal(path, torch.where(j <= n[:, None], j, -1)), (path, n)
+    n = torch.cat([n for _, n in told])
+    assert (n < 3).any() and (n > 0).any()
