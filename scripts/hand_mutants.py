@@ -224,6 +224,19 @@ MUTANTS = {
         "minispec/speculative/loop.py", "policy.observe(end.accepted, end.tested)",
         "policy.observe(end.accepted, end.accepted)",
         ["tests/speculative/test_loop_counters.py", "-k", "levels_it_reached"], speculative(SMALL)),
+    "engine runner: each group's masks as wide as the step's longest row (not its own longest)": (
+        "minispec/engine/runner.py", "{w: m[i, ..., :width] for w, m in masks.items()}",
+        "{w: m[i] for w, m in masks.items()}", [WORK, "-k", "first_chunk"], engine(SMALL)),
+    "engine scheduler: max_num_seqs ignored when admitting": (
+        "minispec/engine/scheduler.py", "and len(self.running) < self.max_num_seqs):", "and True):",
+        ["tests/engine/test_engine_parts.py", "-k", "more_rows_than_max_num_seqs"], engine(SMALL)),
+    "engine EAGLE state: a row's lag one more than the step left (a true pair re-read every step)": (
+        "minispec/engine/drafting.py", "s.lag = run.lag if speculative else s.lag + 1",
+        "s.lag = run.lag + 1 if speculative else s.lag + 1", [WORK, "-k", "re_reads_no_more"],
+        engine(EAGLE.format(""))),
+    "engine draft model: a row's lag after a speculative step 3, not 2 (a true token re-read every step)": (
+        "minispec/engine/drafting.py", "s.lag = 2 if speculative else s.lag + 1",
+        "s.lag = 3 if speculative else s.lag + 1", [WORK, "-k", "re_reads_no_more"], engine(SMALL)),
 }
 
 

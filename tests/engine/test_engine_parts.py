@@ -327,3 +327,16 @@ def test_the_default_kv_cache_holds_max_num_seqs_longest_sequences_of_target_and
     fake = types.SimpleNamespace(target=types.SimpleNamespace(config=target.config, dtype=torch.float32, device=cuda),
                                  draft=e.draft, width=e.width, block_size=bs, max_num_seqs=100)
     assert Engine._default_blocks(fake) == int(engine_module.KV_FREE_FRACTION * free // (per_token * bs))  # 3 x one
+
+
+def test_no_step_runs_more_rows_than_max_num_seqs(code_pair, monkeypatch):
+    """Six requests at once and ``max_num_seqs=3``: no step's plan holds more than 3 rows (decoding or in prefill),
+    and some holds 3; the others wait for a row to finish. Admitting past it keeps every token exact and runs rows the
+    cache and the step's budget were not sized for."""
+    target, small, prompts = code_pair
+    engine = Engine(target, small, gamma=3, max_num_seqs=3)
+    rows, execute = [], engine.runner.execute
+    monkeypatch.setattr(engine.runner, "execute", lambda plan: (rows.append(len(plan.decode) + len(plan.prefill)),
+                                                                execute(plan))[1])
+    engine.run([Request(p, 8) for p in prompts])
+    assert max(rows) == 3

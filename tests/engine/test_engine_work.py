@@ -238,3 +238,26 @@ def test_an_engine_on_a_cpu_keeps_the_memory_its_steps_free():
     assert out.returncode == 0, out.stderr[-2000:]
     faults, steps = map(int, out.stdout.split())
     assert steps >= 48 and faults < 100 * steps, (faults, steps)
+
+
+
+@pytest.mark.parametrize("name, widest", [("model", 2), ("eagle", 1 + 3)])
+def test_a_draft_re_reads_no_more_in_the_engine_than_in_speculative_generate(code_pair, name, widest):
+    """After a speculative step a draft catches up before it drafts again, in the engine as in
+    ``speculative_generate``: a draft model re-reads the last 2 tokens (its lag), an EAGLE head the root's pair and
+    the step's path (1 + gamma pairs). Every read but the prompts' (24 tokens or more) has a width the loop's draft
+    also reads, the widest ``widest``. A lag one too large re-reads a true token every step: the same tokens and
+    proposals, and more work."""
+    target, small, prompts = code_pair
+    draft = small if name == "model" else minispec.EagleDraft.from_pretrained("tiny-code-eagle", target)
+    widths = []
+    hook = (small if name == "model" else draft.model).register_forward_hook(
+        lambda m, args, out: widths.append(args[0].shape[1]))
+    try:
+        ref = minispec.speculative_generate(target, draft, prompts, gamma=3, max_new_tokens=16)
+        loop, widths[:] = {w for w in widths if w < 24}, []
+        outs = Engine(target, draft, gamma=3).run([Request(p, 16) for p in prompts])
+    finally:
+        hook.remove()
+    assert [o.tokens for o in outs] == ref.tokens
+    assert {w for w in widths if w < 24} == loop and max(loop) == widest
