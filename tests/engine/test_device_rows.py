@@ -6,6 +6,8 @@ release of a sequence never admitted, all rows in use, the table's width.)"""
 import pytest
 import torch
 
+import minispec
+from minispec.engine import Engine, Request
 from minispec.engine.batch import DeviceRows
 from minispec.engine.request import Sequence
 
@@ -84,9 +86,6 @@ def test_a_prompt_read_in_chunks_is_sent_to_the_device_once(monkeypatch):
     """The runner admits a request's tokens to its device row when its first chunk runs (num_computed 0), not again
     with each later chunk: a 90-token prompt under a 32-token budget runs in three chunks and one admit. (Admitting
     at every chunk re-sends the whole prompt each time and keeps every token the same.)"""
-    import minispec
-    from minispec.engine import Engine, Request
-
     target = minispec.load("tiny-code-target")[0]
     admitted = []
     admit = DeviceRows.admit

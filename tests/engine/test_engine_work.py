@@ -4,7 +4,7 @@ counter run to the end of the draft, draft slots fed that nothing proposed, shor
 prompt's first chunk read back from the pool (scripts/hand_mutants.py applies each); and, from mutation testing, a
 cut draft's tail fed, a step's drafts not summed, the target's own EOS counted as an accepted draft token; and a
 draft model's prompt read with its LM head at every token, a step's mask built again in every layer, glibc left to
-unmap what each step frees."""
+unmap what each step frees, a draft's lag one too large (a true token re-read every step)."""
 
 import os
 import subprocess
@@ -238,7 +238,6 @@ def test_an_engine_on_a_cpu_keeps_the_memory_its_steps_free():
     assert out.returncode == 0, out.stderr[-2000:]
     faults, steps = map(int, out.stdout.split())
     assert steps >= 48 and faults < 100 * steps, (faults, steps)
-
 
 
 @pytest.mark.parametrize("name, widest", [("model", 2), ("eagle", 1 + 3)])
