@@ -1,11 +1,13 @@
-"""The engine's attention backends on this machine: the gather against FlexAttention through the block tables.
+"""The engine's attention backends on this machine: the gather against the sparse matmuls and FlexAttention.
 
-    python scripts/engine_attention.py [--threads 1] [--compile] [--out results/cpu/engine_attention.txt]
+    python scripts/engine_attention.py [--threads 1] [--paths gather,flex] [--tokens 5] [--compile]
+        [--out results/cpu/engine_attention.txt]
 
 One layer of SmolLM2-135M's attention (9 query heads, 3 KV heads, head dim 64, float32) in an engine step: B decoding
-rows of 1 + 4 tokens each at a context of C tokens, their blocks scattered over the pool. Each backend's time is the
-median of alternated rounds in one process, and its output is checked against the gather's. ``--compile`` also times
-``torch.compile(flex_attention)`` (minutes to compile on a CPU); on a GPU the engine compiles it.
+rows of T tokens each (1: a plain step; 5: the root and 4 draft tokens) at a context of C tokens, their blocks
+scattered over the pool. Each backend's time is the median of alternated rounds in one process, and its output is
+checked against the gather's. ``--compile`` also times ``torch.compile(flex_attention)`` (minutes to compile on a
+CPU); on a GPU the engine compiles it.
 """
 
 from __future__ import annotations
@@ -39,13 +41,14 @@ def step(B: int, C: int, T: int, attention: str):
     return PagedStep(pool, new.flatten()[None], slots, [g], attention)
 
 
-def measure(B: int, C: int, rounds: int, compile_: bool) -> tuple[dict[str, float], float]:
+def measure(B: int, C: int, T: int, paths: list[str], rounds: int, compile_: bool) -> tuple[dict[str, float], float]:
     """Median seconds of one layer's attention per backend, and the largest difference from the gather's output."""
-    ref = step(B, C, 5, "gather")
-    steps = {"gather": ref, "flex": PagedStep(ref.pool, ref.positions, ref.slots, ref.groups, "flex", False)}
+    ref = step(B, C, T, "gather")
+    steps = {"gather": ref} | {p: PagedStep(ref.pool, ref.positions, ref.slots, ref.groups, p, False)
+                               for p in paths if p != "gather"}
     if compile_:
         steps["flex, compiled"] = PagedStep(ref.pool, ref.positions, ref.slots, ref.groups, "flex", True)
-    q, k, v = torch.randn(1, H, B * 5, D), torch.randn(1, K, B * 5, D), torch.randn(1, K, B * 5, D)
+    q, k, v = torch.randn(1, H, B * T, D), torch.randn(1, K, B * T, D), torch.randn(1, K, B * T, D)
     out = {name: st.attend(0, q, k, v, None) for name, st in steps.items()}  # warm-up (and compile)
     diff = max((o - out["gather"]).abs().max().item() for o in out.values())
     times = {name: [] for name in steps}
@@ -62,24 +65,28 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--batches", default="1,8,32")
     ap.add_argument("--contexts", default="256,2048")
+    ap.add_argument("--tokens", default="5", help="queries a row, e.g. 1,5")
+    ap.add_argument("--paths", default="gather,flex", help="backends besides the gather, e.g. gather,sparse,flex")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--out", default="results/cpu/engine_attention.txt")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    names = ["gather", "flex"] + (["flex, compiled"] if args.compile else [])
-    lines = [f"# engine attention, one layer of SmolLM2-135M's shape, 1 + 4 tokens a row; torch {torch.__version__}, "
+    paths = ["gather"] + [p for p in args.paths.split(",") if p != "gather"]
+    names = paths + (["flex, compiled"] if args.compile else [])
+    lines = [f"# engine attention, one layer of SmolLM2-135M's shape; torch {torch.__version__}, "
              f"{args.threads} thread(s), commit {commit}, load average before {os.getloadavg()[0]:.1f}", "",
-             "| rows | context | " + " | ".join(names) + " | max abs difference |",
-             "| --- | --- | " + "--- | " * len(names) + "--- |"]
+             "| rows | tokens a row | context | " + " | ".join(names) + " | max abs difference |",
+             "| --- | --- | --- | " + "--- | " * len(names) + "--- |"]
     with torch.inference_mode():
         for B in [int(b) for b in args.batches.split(",")]:
-            for C in [int(c) for c in args.contexts.split(",")]:
-                med, diff = measure(B, C, args.rounds, args.compile)
-                cells = [f"{1e3 * med[n]:.2f} ms ({med[n] / med['gather']:.1f}x)" for n in names]
-                lines.append(f"| {B} | {C} | " + " | ".join(cells) + f" | {diff:.1e} |")
-                print(lines[-1], flush=True)
+            for T in [int(t) for t in args.tokens.split(",")]:
+                for C in [int(c) for c in args.contexts.split(",")]:
+                    med, diff = measure(B, C, T, paths, args.rounds, args.compile)
+                    cells = [f"{1e3 * med[n]:.2f} ms ({med[n] / med['gather']:.1f}x)" for n in names]
+                    lines.append(f"| {B} | {T} | {C} | " + " | ".join(cells) + f" | {diff:.1e} |")
+                    print(lines[-1], flush=True)
     lines.append(f"\nload average after {os.getloadavg()[0]:.1f}")
     with open(args.out, "w") as fh:
         fh.write("\n".join(lines) + "\n")

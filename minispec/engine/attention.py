@@ -10,16 +10,24 @@ real token; its output is dropped), its keys and values read through its block t
 
 How the keys and values are read is the ``attention`` backend (:data:`ATTENTION`):
 
-  auto    the default: a group of one row whose blocks are one run of the pool is read in place, as ``views``
-          reads it (the same one SDPA call, and no copy); every other group as ``gather`` reads it (one call for
-          all its rows). A batch of one is always such a group, and so is a long prompt's later chunk
-          (results/cpu/engine_auto.txt)
-  gather  copy each row's blocks into a dense (R, K, S, D) tensor and call SDPA: the reference, and on
-          this project's 2-core CPUs the fastest measured (compiled FlexAttention 1.4-2x slower up to 8 rows on an
-          AVX2 machine, 1.9-2.2x up to 32 rows of 256 tokens and level at 32 rows of 2,048 on an AVX-512 one;
-          eager 11-240x: results/cpu/engine_attention.txt)
+  auto    the default. A group of one row whose blocks are one run of the pool is read in place, as ``views``
+          reads it (the same one SDPA call, and no copy); a batch of one is always such a group, and so is a long
+          prompt's later chunk (results/cpu/engine_auto.txt). On a CPU with a float32 pool a plain step's decoding
+          rows are one group, read ``sparse`` (nothing padded, nothing copied; :func:`reads_sparse`); any other
+          group, and a lone row that is not one run, is read as ``gather`` reads it
+  gather  copy each row's blocks into a dense (R, K, S, D) tensor and call SDPA: the reference. The copy costs
+          more than the attention that reads it: 20 of a 115 ms step of SmolLM2-135M's batch of 32 on 2 threads,
+          against 12 for SDPA (torch.profiler)
+  sparse  attention as two sparse matmuls over the pool, read in place: the scores are a sampled matmul (SDDMM,
+          q . k only at the slots each real query sees, a CSR pattern built once a step), a softmax over each
+          query's entries, and the weights times the values a sparse-dense matmul (SpMM). No copy, no padding, one
+          call for the step's decoding rows. torch's CPU kernels read one KV head's (P, D) slots in place, so the
+          pool is head-major (:mod:`minispec.engine.paged`). Faster than the copy where the copy is large, slower
+          where a few calls' overhead is the cost: results/cpu/engine_sparse.txt (through the engine) and
+          results/cpu/engine_attention.txt (one layer); 4-7x slower than SDPA over a lone row's view
   flex    FlexAttention over the whole pool with a block mask built from the tables (PyTorch's own route to
-          paged attention: no copy; ``torch.compile`` it on a GPU, where it becomes one fused kernel)
+          paged attention: no copy; ``torch.compile`` it on a GPU, where it becomes one fused kernel; on this CPU
+          compiled 1.4-2.2x slower than the gather, eager 11-240x: results/cpu/engine_attention.txt)
   views   row by row: a row whose blocks are one run of the pool (the block manager places rows so that they
           mostly are, :mod:`minispec.engine.blocks`) is a *view* of it, (1, K, S, D) with no copy, and SDPA reads
           it in place; any other row is copied as ``gather`` copies it. One SDPA call a row instead of one a group:
@@ -34,6 +42,7 @@ from __future__ import annotations
 
 import functools
 import math
+import warnings
 from typing import NamedTuple
 
 import torch
@@ -41,7 +50,7 @@ import torch.nn.functional as F
 
 from minispec.engine.paged import PagedPool
 
-ATTENTION = ("auto", "gather", "flex", "views")
+ATTENTION = ("auto", "gather", "flex", "views", "sparse")
 GROUP_BYTES = 1 << 18  # what one more group of rows costs (its kernel calls each layer), in KV bytes read: by_length
 
 
@@ -56,20 +65,22 @@ class Group(NamedTuple):
     keep: torch.Tensor  # (M,) where they are in the group's flattened (R T) queries
     fresh: slice | None = None  # a prompt's first chunk: its queries are the step's tokens [a, b) and its keys theirs
     spans: tuple = ()  # per row, (its first physical slot, its slots) where its slots are one run of the pool, or None
+    tokens: slice | None = None  # where the real queries are the step's tokens [a, b), in order: dest as a slice
 
 
 def group(query: torch.Tensor, valid: torch.Tensor, tables: torch.Tensor, masks: dict, block_size: int,
-          fresh: slice | None = None, spans: tuple = ()) -> Group:
+          fresh: slice | None = None, spans: tuple = (), tokens: slice | None = None) -> Group:
     """A :class:`Group` of rows: their queries (R, T) and validity, block tables (R, nb) and masks over S slots
     (inside the tables: S <= nb x block_size, else ValueError);
     ``fresh``: the group is a prompt's first chunk, the step's tokens [a, b) (attended causally, nothing read);
-    ``spans``: :func:`span` of each row (for ``views``)."""
+    ``spans``: :func:`span` of each row (for ``views``); ``tokens``: the real queries are the step's tokens [a, b)
+    in order (the caller knows it on the host), so ``sparse`` reads them as a slice."""
     nb = -(-next(iter(masks.values())).shape[-1] // block_size)
     if nb > tables.shape[1]:
         raise ValueError(f"the masks read {nb} blocks a row but the tables hold {tables.shape[1]}")
     flat = valid.flatten()  # (R T,)
     blocks = tables[:, :nb].contiguous()  # (R, nb) once per step: every layer's copy flattens it, a view now
-    return Group(query, tables, masks, blocks, query.flatten()[flat], flat.nonzero()[:, 0], fresh, spans)
+    return Group(query, tables, masks, blocks, query.flatten()[flat], flat.nonzero()[:, 0], fresh, spans, tokens)
 
 
 def span(table: list[int], slots: int, block_size: int) -> tuple[int, int] | None:
@@ -99,6 +110,18 @@ def by_length(S: list[int], cost: int) -> list[tuple[list[int], int]]:
     return groups[::-1]
 
 
+def reads_sparse(attention: str, pool: PagedPool, width: int) -> bool:
+    """Whether a group of several rows of ``width`` queries each is read by the sparse path (:meth:`PagedStep._sparse`):
+    always with ``sparse``; with ``auto`` where it measured faster than the copy, a plain step's rows (width 1) on a
+    CPU with a float32 or float64 pool (torch's CPU SDDMM takes no other dtype). A step whose decoding rows are read
+    sparse puts them in one group: the sparse path reads no padding (results/cpu/engine_sparse.txt: 1.09-1.26x the
+    gather's throughput on plain steps; on a speculative step's 1 + 4 queries a row 1.04x for SmolLM2's batch of 32
+    with prompt lookup but 0.91x for the embedded pair's 8 with its draft model, whose small copies cost less than the
+    sparse calls)."""
+    fits = pool.k.device.type == "cpu" and pool.k.dtype in (torch.float32, torch.float64)
+    return attention == "sparse" or (attention == "auto" and fits and width == 1)
+
+
 def group_cost(pool: PagedPool) -> int:
     """One more group's price in rows x slots: :data:`GROUP_BYTES` over a slot's keys and values in one layer. The
     calls cost the same time whatever the model; a slot costs its bytes, so a small model splits less. Measured on
@@ -106,7 +129,7 @@ def group_cost(pool: PagedPool) -> int:
     one torch thread): 256 KiB served SmolLM2-135M's batch of 32 1.30x as fast as one group and the embedded
     pair's 1.12x (1 MiB: 1.16x and 1.13x; 4 MiB: 1.05x and 1.08x); the pair's batch of 8 with its draft model
     was within its own noise at every price (0.91-0.96x, rounds 531-698 tok/s)."""
-    _, _, K, D = pool.k.shape
+    _, K, _, D = pool.k.shape
     return GROUP_BYTES // (2 * K * D * pool.k.element_size())
 
 
@@ -123,16 +146,17 @@ class PagedStep:
         if attention not in ATTENTION:
             raise ValueError(f"attention must be one of {ATTENTION}, got {attention!r}")
         self.pool, self.positions, self.slots, self.groups = pool, positions, slots, groups  # (1, N), (N,)
-        self.read = {"auto": self._auto, "gather": self._gather, "flex": self._flex, "views": self._views}[attention]
+        self.read = {"auto": self._auto, "gather": self._gather, "flex": self._flex, "views": self._views,
+                     "sparse": None}[attention]
+        self.attention = attention
         self.compiled = positions.device.type == "cuda" if compiled is None else compiled
         self._blocks = {}  # each (group, window)'s mask (gather) or block mask (flex), built once per step
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int | None):
         """q (1, H, N, D), k and v (1, K, N, D) of one layer: write k, v into the pool, return (1, H, N, D)."""
         _, H, N, D = q.shape
-        K = k.shape[1]
         for buf, new in ((self.pool.k[layer], k), (self.pool.v[layer], v)):
-            buf.view(-1, K * D).index_copy_(0, self.slots, new[0].transpose(0, 1).reshape(N, K * D))  # the new slots
+            buf.index_copy_(1, self.slots, new[0])  # (K, P, D) <- (K, N, D): the new slots
         out = q.new_empty(N, H, D)  # (N, H, D)
         for i, g in enumerate(self.groups):
             if g.fresh is not None and (window is None or g.fresh.stop - g.fresh.start <= window):
@@ -140,13 +164,26 @@ class PagedStep:
                 # mask: the kernel skips the masked half), the same arithmetic as a plain prefill
                 f = g.fresh
                 y = F.scaled_dot_product_attention(q[:, :, f], k[:, :, f], v[:, :, f], is_causal=True,
-                                                   enable_gqa=H != K)  # (1, H, n, D)
+                                                   enable_gqa=H != k.shape[1])  # (1, H, n, D)
                 out[f] = y[0].transpose(0, 1)
+                continue
+            if self.sparse(g):  # the real queries only, read in place: no padding, no copy
+                if g.tokens is not None:
+                    out[g.tokens] = self._sparse(layer, q[0][:, g.tokens], g, window, i)
+                else:
+                    out.index_copy_(0, g.dest, self._sparse(layer, q[0][:, g.dest], g, window, i))
                 continue
             qg = q[0][:, g.query].transpose(0, 1)  # (R, H, T, D)
             y = self.read(layer, qg, g, window, i)  # (R, H, T, D)
             out.index_copy_(0, g.dest, y.transpose(1, 2).flatten(0, 1)[g.keep])  # the real queries' outputs
         return out.transpose(0, 1)[None]  # (1, H, N, D)
+
+    def sparse(self, g: Group) -> bool:
+        """Whether group ``g`` (not a first chunk) is read by :meth:`_sparse`: with ``sparse``, every one; with
+        ``auto``, a group of several rows where :func:`reads_sparse` says so (a lone row, SDPA over its view or its
+        copy, was 4-7x faster than the sparse products in a microbenchmark here)."""
+        R, T = g.query.shape
+        return self.attention == "sparse" or (R > 1 and reads_sparse(self.attention, self.pool, T))
 
     def _auto(self, layer, q, g, window, i):
         """The default: a group of one row whose blocks are one run is read in place (``views``: the same one SDPA
@@ -157,7 +194,7 @@ class PagedStep:
     def _gather(self, layer, q, g, window, i):
         """The reference: copy each row's blocks into a dense tensor, then SDPA."""
         R, H, T, D = q.shape
-        k, v = (self._rows(p[layer], g.blocks).transpose(1, 2) for p in (self.pool.k, self.pool.v))  # (R, K, S', D)
+        k, v = (self._rows(p[layer], g.blocks) for p in (self.pool.k, self.pool.v))  # (R, K, S', D) each
         G = H // k.shape[1]  # query heads per KV head: folded into the queries, so each K, V is read once, not G times
         mask = self._head_mask(g, window, i, G, q.dtype)  # (R, 1, G T, S)
         S = mask.shape[-1]
@@ -166,12 +203,13 @@ class PagedStep:
         return y.reshape(R, H, T, D)
 
     def _rows(self, pool: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
-        """The copy: rows' blocks (R, nb) of one layer's pool (P, K, D), whole blocks, as (R, nb x block size, K, D).
+        """The copy: rows' blocks (R, nb) of one layer's pool (K, P, D), whole blocks, as (R, K, nb x block size, D).
         A block a copy (index_select): in a microbenchmark here, 1.2-1.6x faster than a slot a copy for 8-64 rows of
         256-512 slots."""
-        _, K, D = pool.shape
+        K, _, D = pool.shape
         R = len(blocks)
-        return pool.view(-1, self.pool.block_size, K, D).index_select(0, blocks.flatten()).view(R, -1, K, D)
+        blocks = pool.view(K, -1, self.pool.block_size, D).index_select(1, blocks.flatten())  # (K, R nb, bs, D)
+        return blocks.view(K, R, -1, D).transpose(0, 1)  # (R, K, S, D)
 
     def _head_mask(self, g, window, i, G, dtype):
         """Group ``i``'s mask for ``window``, repeated for the G query heads folded into each KV head's queries
@@ -185,20 +223,19 @@ class PagedStep:
     def _views(self, layer, q, g, window, i):
         """Row by row: a row of one run is a view of the pool, read in place (no copy); another is copied."""
         R, H, T, D = q.shape
-        pk, pv = self.pool.k[layer], self.pool.v[layer]  # (P, K, D) each
-        K = pk.shape[1]
+        pk, pv = self.pool.k[layer], self.pool.v[layer]  # (K, P, D) each
+        K = pk.shape[0]
         G = H // K
         mask, q = self._head_mask(g, window, i, G, q.dtype), q.reshape(R, K, G * T, D)  # (R, 1, G T, S), (R, K, G T, D)
         y = torch.empty_like(q)  # (R, K, G T, D)
         for r, sp in enumerate(g.spans):
             if sp is None:  # not one run: this row's blocks copied, as the gather does
                 S, m = mask.shape[-1], mask[r: r + 1]
-                k, v = (self._rows(pool, g.blocks[r: r + 1])[0, :S] for pool in (pk, pv))  # (S, K, D) each
+                k, v = (self._rows(pool, g.blocks[r: r + 1])[0, :, :S] for pool in (pk, pv))  # (K, S, D) each
             else:
                 (a, n), m = sp, None if T == 1 and window is None else mask[r: r + 1, ..., : sp[1]]  # a lone query
-                k, v = pk[a: a + n], pv[a: a + n]  # (n, K, D) views: a decode row's query sees all its n slots
-            y[r] = F.scaled_dot_product_attention(q[r: r + 1], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
-                                                  attn_mask=m)[0]  # (K, G T, D)
+                k, v = pk[:, a: a + n], pv[:, a: a + n]  # (K, n, D) views: a decode row's query sees all its n slots
+            y[r] = F.scaled_dot_product_attention(q[r: r + 1], k[None], v[None], attn_mask=m)[0]  # (K, G T, D)
         return y.reshape(R, H, T, D)
 
     def _flex(self, layer, q, g, window, i):
@@ -206,10 +243,52 @@ class PagedStep:
         only, and a mask_mod maps a physical slot back to the row's logical slot for the causal or tree mask."""
         if (i, window) not in self._blocks:
             self._blocks[i, window] = _block_mask(g, g.masks[window], self.pool)
-        k = self.pool.k[layer].permute(1, 0, 2)[None].expand(len(q), -1, -1, -1)  # (R, K, P, D) a view, no copy
-        v = self.pool.v[layer].permute(1, 0, 2)[None].expand(len(q), -1, -1, -1)  # (R, K, P, D)
+        k = self.pool.k[layer][None].expand(len(q), -1, -1, -1)  # (R, K, P, D) a view, no copy
+        v = self.pool.v[layer][None].expand(len(q), -1, -1, -1)  # (R, K, P, D)
         return flex_function(self.compiled)(q, k, v, block_mask=self._blocks[i, window],
                                             enable_gqa=q.shape[1] != k.shape[1])
+
+    def _sparse(self, layer, q, g, window, i):
+        """Attention as two sparse products over the pool, read in place (no copy, no padding): the scores of each
+        real query against the slots it sees are a sampled matmul (SDDMM: q . k only where the pattern has an entry),
+        the softmax runs over each query's entries, and the weights times the values are a sparse-dense matmul
+        (SpMM), which reads only the slots in the pattern. q (H, M, D): the group's M real queries -> (M, H, D)."""
+        pk, pv = self.pool.k[layer], self.pool.v[layer]  # (K, P, D) each
+        K, P, D = pk.shape
+        H, M, _ = q.shape
+        crow, col, seg, zeros = self._pattern(g, window, i, H // K)  # (Q + 1,), (n,), (n,), CSR of zeros: Q = H M
+        qs = q.reshape(K, H // K, M, D).transpose(1, 2).reshape(-1, D)  # (Q, D) by KV head, query, head
+        s = torch.sparse.sampled_addmm(zeros, qs, pk.view(K * P, D).t(), beta=0.0, alpha=D ** -0.5).values()  # (n,)
+        top = s.new_full((len(qs),), -math.inf).scatter_reduce_(0, seg, s, "amax")  # (Q,) each query's largest score
+        e = (s - top[seg]).exp_()  # (n,) the softmax's numerators
+        total = torch.segment_reduce(e, "sum", offsets=crow)  # (Q,) its denominators
+        w = torch.sparse_csr_tensor(crow, col, e, zeros.shape, check_invariants=False)  # (Q, K P)
+        y = (w @ pv.view(K * P, D)) / total[:, None]  # (Q, D)
+        return y.view(K, M, H // K, D).transpose(0, 1).reshape(M, H, D)  # (M, H, D)
+
+    def _pattern(self, g, window, i, G):
+        """Group ``i``'s CSR pattern for ``window``, built once per step: row (h, m, j) is real query m's query head
+        h G + j, its entries the pool slots the query sees, as columns of the layer's (K P, D) keys: KV head h's
+        slot s is column h P + s."""
+        if ("csr", i, window) not in self._blocks:
+            K, P, _ = self.pool.k.shape[1:]
+            R, T = g.query.shape
+            bs = self.pool.block_size
+            seen = g.masks[window][:, 0].reshape(R * T, -1)[g.keep]  # (M, S) by logical slot
+            seen = seen[:, None].expand(-1, G, -1).reshape(-1, seen.shape[-1])  # (M G, S) once per query head
+            row, at = seen.nonzero().unbind(1)  # (n1,) each, row by row: a host sync (nonzero's length), once a step
+            slot = g.blocks[g.keep[row // G] // T, at // bs] * bs + at % bs  # (n1,) physical slots
+            heads = torch.arange(K, device=slot.device)[:, None]  # (K, 1)
+            col = (heads * P + slot).flatten()  # (n,) n = K n1
+            seg = (heads * len(seen) + row).flatten()  # (n,) each entry's row of the CSR
+            counts = seen.sum(1).repeat(K)  # (Q,)
+            crow = torch.cat([counts.new_zeros(1), counts.cumsum(0)])  # (Q + 1,)
+            with warnings.catch_warnings():  # torch calls CSR tensors beta, once a process: they are what runs here
+                warnings.simplefilter("ignore")
+                zeros = torch.sparse_csr_tensor(crow, col, self.pool.k.new_zeros(len(col)), (len(counts), K * P),
+                                                check_invariants=False)
+            self._blocks["csr", i, window] = crow, col, seg, zeros
+        return self._blocks["csr", i, window]
 
     def end(self, T: int) -> None:
         """The model's end of a call: nothing to move (the scheduler keeps each row's length)."""
@@ -231,7 +310,7 @@ def _block_mask(g: Group, mask: torch.Tensor, pool: PagedPool):
     from torch.nn.attention.flex_attention import BlockMask
 
     R, bs, nb = len(g.tables), pool.block_size, g.tables.shape[1]
-    P = pool.k.shape[1]
+    P = pool.k.shape[2]
     S = mask.shape[-1]
     index = torch.full((R, P // bs), -1, dtype=torch.long, device=mask.device)  # (R, blocks) a block's index in r
     index.scatter_(1, g.tables, torch.arange(nb, device=mask.device).expand(R, -1))

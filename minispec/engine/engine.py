@@ -51,6 +51,7 @@ import torch
 
 from minispec.decoding.sampling import SamplingParams
 from minispec.drafts.model import as_draft
+from minispec.engine.attention import ATTENTION
 from minispec.engine.blocks import BlockManager
 from minispec.engine.request import Request, RequestOutput, Sequence, fresh_seed
 from minispec.engine.runner import ModelRunner, StepResult
@@ -136,9 +137,10 @@ class Engine:
     ``max_num_batched_tokens`` the target reads per step at most (prefill chunks plus 1 + K per decoding row).
     ``rule``: the accept rule, as in ``speculative_generate`` (benchmarks of random weights swap in a synthetic
     one; ``stats.synthetic`` says so). ``attention``: how the step reads the paged KV (``"auto"``, the default: a
-    lone row in place, other groups copied; ``"gather"``, the reference, every group copied; ``"flex"``,
-    FlexAttention through the block tables; or ``"views"``, each row in place where its blocks are one run of the
-    pool; :mod:`minispec.engine.attention`). ``prepack``: run the
+    lone row in place, on a CPU a group of rows as two sparse matmuls over the pool, elsewhere copied;
+    ``"gather"``, the reference, every group copied; ``"flex"``, FlexAttention through the block tables;
+    ``"views"``, each row in place where its blocks are one run of the pool; or ``"sparse"``, every group as
+    sparse matmuls; :mod:`minispec.engine.attention`). ``prepack``: run the
     target's (and a draft model's) linear layers through oneDNN with prepacked weights, as vLLM's CPU build does
     (:meth:`~minispec.model.llama.Model.prepack`: in place, 1.4-2.7x faster forwards here, the products equal up to
     float rounding); default on a CPU, a no-op elsewhere. Pass False to keep the model's own F.linear.
@@ -154,6 +156,11 @@ class Engine:
                         (("num_blocks", num_blocks),) if num_blocks is not None else ()):
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+        if attention not in ATTENTION:
+            raise ValueError(f"attention must be one of {ATTENTION}, got {attention!r}")
+        if attention == "sparse" and target.dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"attention='sparse' needs a float32 or float64 target (torch's sparse matmuls take no "
+                             f"other dtype), got {target.dtype}")
         self.target, self.draft = target, None if draft is None else as_draft(draft)
         self.policy = None if self.draft is None else gamma_policy(gamma, target, self.draft)
         G = 0 if self.policy is None else self.policy.gamma_max

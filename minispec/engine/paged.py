@@ -1,9 +1,10 @@
 """The KV pool in blocks, with the padded view of it the drafts read: a KV cache whose slots live anywhere in one pool.
 
 :class:`PagedPool` holds the keys and values of every sequence, block by block:
-``k[layer]`` is (P, K, D) with P = (num_blocks + 1) x block_size physical slots (the last block is
-the scratch block, see :mod:`minispec.engine.blocks`). The target reads and writes it in one flattened
-pass per step (:mod:`minispec.engine.attention`). A draft that keeps KV of its own (a draft model, an
+``k[layer]`` is (K, P, D) with P = (num_blocks + 1) x block_size physical slots (the last block is
+the scratch block, see :mod:`minispec.engine.blocks`): head-major, so one KV head's slots are one (P, D) matrix,
+which the sparse attention reads in place. The target reads and writes it in one flattened pass per step
+(:mod:`minispec.engine.attention`). A draft that keeps KV of its own (a draft model, an
 EAGLE head) keeps it in a pool of its own, and runs on a :class:`PagedCache` *view* of it over the
 step's rows: their block tables (B, nb) and KV lengths (B,). The view speaks the protocol of
 :class:`minispec.model.kv_cache.KVCache` (``lengths``, ``begin``, ``update``, ``end``, ``rollback``,
@@ -11,9 +12,9 @@ step's rows: their block tables (B, nb) and KV lengths (B,). The view speaks the
 to the longest row as a static batch is.
 
 The view's gather: in each layer, :meth:`PagedCache.update` writes the step's keys and values into
-their physical slots, then gathers each row's logical slots 0..S'-1 into a dense (B, K, S', D)
-tensor for ``scaled_dot_product_attention`` (the target's step does the same per row group, or reads
-the pool through the tables with FlexAttention).
+their physical slots, then gathers the blocks that hold each row's logical slots 0..S'-1 into a dense
+(B, K, S', D) tensor for ``scaled_dot_product_attention`` (the target's step does the same per row group,
+reads a plain step's rows with sparse matmuls, or reads the pool with FlexAttention).
 
 :class:`PagedRows` is the same idea for one vector per position (an EAGLE head's record of the
 target's features): a (B, S, F) tensor's ``gather`` and ``scatter_`` on dimension 1, through the
@@ -32,8 +33,8 @@ class PagedPool:
                  device=None, dtype=torch.float32):
         P = (num_blocks + 1) * block_size
         # zeros, not empty: a masked slot still multiplies its value by a weight of 0, and 0 * NaN is NaN
-        self.k = torch.zeros(num_layers, P, kv_heads, head_dim, device=device, dtype=dtype)  # (L, P, K, D)
-        self.v = torch.zeros(num_layers, P, kv_heads, head_dim, device=device, dtype=dtype)  # (L, P, K, D)
+        self.k = torch.zeros(num_layers, kv_heads, P, head_dim, device=device, dtype=dtype)  # (L, K, P, D)
+        self.v = torch.zeros(num_layers, kv_heads, P, head_dim, device=device, dtype=dtype)  # (L, K, P, D)
         self.block_size = block_size
 
     @property
@@ -68,20 +69,22 @@ class PagedCache:
         return self.bound
 
     def begin(self, slots: torch.Tensor) -> None:
-        """Prepare to write at logical slots (B, T); the next :meth:`update` calls gather slots [0, bound)."""
+        """Prepare to write at logical slots (B, T); the next :meth:`update` calls gather slots [0, bound), whole
+        blocks (a block a copy: a slot of a head is only D values), past a row's blocks the scratch block."""
         self.bound += slots.shape[1]
         self._write = self.physical(slots).flatten()  # (B T,)
-        self._read = self.physical(torch.arange(self.bound, device=slots.device).expand(len(slots), -1)).flatten()
+        nb, width = -(-self.bound // self.pool.block_size), self.tables.shape[1]
+        self._read = self.tables[:, torch.arange(nb, device=slots.device).clamp_max(width - 1)].flatten()  # (B nb,)
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Write k, v (B, K, T, D) of one layer into the pool; return each row's slots in use (B, K, S', D)."""
         B, K, T, D = k.shape
         out = []
-        for pool, new in ((self.pool.k[layer], k), (self.pool.v[layer], v)):
-            flat = pool.view(-1, K * D)  # (P, K D) the layer's slots
-            flat.index_copy_(0, self._write, new.transpose(1, 2).reshape(B * T, K * D))  # into their physical slots
+        for pool, new in ((self.pool.k[layer], k), (self.pool.v[layer], v)):  # pool (K, P, D)
+            pool.index_copy_(1, self._write, new.transpose(0, 1).reshape(K, B * T, D))  # into their physical slots
             # The gather: a fused paged-attention kernel would read the pool through self.tables instead of copying.
-            out.append(flat.index_select(0, self._read).view(B, -1, K, D).transpose(1, 2))  # (B, K, S', D)
+            rows = pool.view(K, -1, self.pool.block_size, D).index_select(1, self._read)  # (K, B nb, bs, D)
+            out.append(rows.view(K, B, -1, D)[:, :, : self.bound].transpose(0, 1))  # (B, K, S', D)
         return out[0], out[1]
 
     def end(self, T: int) -> None:
@@ -101,7 +104,7 @@ class PagedCache:
         src = torch.where(src >= 0, base[:, None] + src, dst)  # (B, D)
         pd, ps = self.physical(dst), self.physical(src)  # (B, D) each
         for buf in (self.pool.k, self.pool.v):
-            buf[:, pd] = buf[:, ps]  # (L, B, D, K, Dh) gathered first, then written
+            buf[:, :, pd] = buf[:, :, ps]  # (L, K, B, D, Dh) gathered first, then written
 
 
 class PagedRows:

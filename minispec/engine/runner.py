@@ -34,7 +34,7 @@ from minispec.decoding.timing import PhaseTimer
 from minispec.decoding.tree import tree_mask
 from minispec.drafts.base import Draft, Proposal
 from minispec.drafts.tree import TreeDraft
-from minispec.engine.attention import PagedStep, by_length, group, group_cost, span
+from minispec.engine.attention import PagedStep, by_length, group, group_cost, reads_sparse, span
 from minispec.engine.batch import DeviceRows
 from minispec.engine.drafting import Chunk, paged_draft
 from minispec.engine.paged import PagedPool
@@ -197,6 +197,7 @@ class _Decoding:
         block = self.tables.gather(1, (self.new // bs).clamp_max(self.width - 1))  # (B, 1 + T)
         self.physical = block * bs + self.new % bs  # (B, 1 + T)
         counts = 1 + fed  # (B,)
+        self.base = base
         offsets = base + counts.cumsum(0) - counts  # (B,) each row's first token in the pass
         self.query = offsets[:, None] + torch.minimum(j, fed[:, None])  # (B, 1 + T) padding repeats a real one
         self.n = int(counts.sum())  # host sync: the pass's length (a shape)
@@ -214,12 +215,17 @@ class _Decoding:
         S = [s.num_tokens + min(k, T) for s, k in zip(self.rows, self.k)]  # each row's slots to read: its tokens
         #   and the draft tokens it may feed, all inside its blocks (a row cut to k < T feeds k at most)
         _, masks = attention_masks(self.new, max(S), self.mask, windows)  # {window: (B, 1, 1 + T, S)}
+        spans = [span(s.block_table, n, block_size) for s, n in zip(self.rows, S)]
+        pool = self.runner.pool
+        if reads_sparse(self.runner.attention, pool, T + 1):  # no padding read: the rows one group, the pass's tokens
+            return [group(self.query, self.valid, self.tables, masks, block_size, spans=tuple(spans),
+                          tokens=slice(self.base, self.base + self.n))]
         out = []
-        for rows, width in by_length(S, group_cost(self.runner.pool)):
+        for rows, width in by_length(S, group_cost(pool)):
             i = torch.tensor(rows, device=self.new.device)  # (R,)
             out.append(group(self.query[i], self.valid[i], self.tables[i],
                              {w: m[i, ..., :width] for w, m in masks.items()}, block_size,
-                             spans=tuple(span(self.rows[r].block_table, S[r], block_size) for r in rows)))
+                             spans=tuple(spans[r] for r in rows)))
         return out
 
     def finish(self, logits: torch.Tensor, h: torch.Tensor | None, rule) -> None:
@@ -227,15 +233,18 @@ class _Decoding:
         if not self.rows:
             return
         runner, st, sampler = self.runner, self.state, self.sampler
-        p = probabilities(logits[self.query], sampler.params)  # (B, 1 + T, V)
         feats = None if h is None else h[0][self.query]  # (B, 1 + T, F)
         self.start = st.total.clone()  # (B,)
-        if self.proposal is None:  # a plain step
-            st.emit(sampler.draw(p[:, 0], st.total)[:, None], torch.ones_like(st.total))
+        if self.proposal is None:  # a plain step: one token a row, the pass's tokens [base, base + B)
+            z = logits[self.base: self.base + self.n]  # (B, V)
+            # all greedy: the argmax itself (what drawing from its one-hot gives, without building it)
+            t = z.argmax(-1) if sampler.params.greedy else sampler.draw(probabilities(z, sampler.params), st.total)
+            st.emit(t[:, None], torch.ones_like(st.total))
             if self.run is not None:
                 self.run.skipped(feats)
             self.accepted = self.offered = torch.zeros_like(st.total)  # (B,)
         else:
+            p = probabilities(logits[self.query], sampler.params)  # (B, 1 + T, V)
             view = runner.pool.view(self.tables, self.root)
             path, _ = accept(self.proposal, p, feats, self.run, st, sampler, rule, lambda path: view.compact(
                 self.root, path))

@@ -68,13 +68,16 @@ def test_the_constructor_checks_its_arguments(pair):
                         (dict(num_blocks=0), "num_blocks must be an integer >= 1"),
                         (dict(max_num_seqs=-1), "max_num_seqs must be an integer >= 1"),
                         (dict(max_num_batched_tokens=0), "max_num_batched_tokens must be an integer >= 1"),
-                        (dict(max_num_batched_tokens=4), r"must hold one decoding row's 1 \+ 4 tokens")]:
+                        (dict(max_num_batched_tokens=4), r"must hold one decoding row's 1 \+ 4 tokens"),
+                        (dict(attention="paged"), "attention must be one of .*'sparse'.*, got 'paged'")]:
         with pytest.raises(ValueError, match=message):
             Engine(target, draft, **kw)
     with pytest.raises(ValueError, match="share a vocabulary"):
         Engine(target, random_model(seed=2, vocab=50))
     with pytest.raises(ValueError, match="target must be a minispec Model"):
         Engine("tiny-code-target")
+    with pytest.raises(ValueError, match=r"attention='sparse' needs a float32 or float64 target .*torch.bfloat16"):
+        Engine(random_model(seed=2).to(torch.bfloat16), attention="sparse")
     assert Engine(target, draft, gamma=1).policy.choose(1, 0) == 1  # the smallest gamma is one
     assert Engine(target, draft, gamma=4, max_num_batched_tokens=5).max_num_batched_tokens == 5  # 1 + 4 fits
 

@@ -87,7 +87,8 @@ def test_a_paged_cache_gives_the_static_caches_logits_and_compacts_like_it():
     static.trim(9)
     assert torch.equal(model(x, paged), model(x, static))
     unused = [1, 4, 6, 8, 10, 12, 13, 15]  # in no table: nothing may have been written there
-    assert pool.k.view(2, 17, bs, 2, 16)[:, unused].abs().sum() == 0 < pool.k.view(2, 17, bs, 2, 16)[:, 9].abs().sum()
+    blocks = pool.k.view(2, 2, 17, bs, 16)  # (L, K, blocks, bs, D)
+    assert blocks[:, :, unused].abs().sum() == 0 < blocks[:, :, 9].abs().sum()
 
 
 # --- the scheduler --------------------------------------------------------------------------------

@@ -79,13 +79,13 @@ def test_a_mixed_batch_runs_one_target_pass_per_step(pair, draft_kind):
         assert o.tokens == alone.tokens[0]
 
 
-@pytest.mark.parametrize("draft_kind", ["model", "tree", "eagle"])
+@pytest.mark.parametrize("draft_kind", ["none", "model", "tree", "eagle"])
 def test_every_attention_path_equals_the_gather(pair, draft_kind, monkeypatch):
-    """FlexAttention through the block tables against the reference gather, on steps with prefill chunks, decoding
-    rows and draft tokens (chains and trees): the same tokens and acceptance, logits within float tolerance."""
+    """Every path against the reference gather, on steps with prefill chunks, decoding rows and draft tokens (chains
+    and trees) or plain ones: the same tokens and acceptance, logits within float tolerance."""
     pytest.importorskip("torch.nn.attention.flex_attention")
     target, draft, prompts = pair
-    d = {"model": draft, "tree": minispec.TreeDraft(draft, budget=6, depth=3),
+    d = {"none": None, "model": draft, "tree": minispec.TreeDraft(draft, budget=6, depth=3),
          "eagle": minispec.EagleDraft.from_pretrained("tiny-code-eagle", target)}[draft_kind]
     runs, reads = {}, []
 
@@ -97,21 +97,23 @@ def test_every_attention_path_equals_the_gather(pair, draft_kind, monkeypatch):
             return read(self, *args)
         return counting
 
-    for path in ("_gather", "_flex", "_views"):
+    for path in ("_gather", "_flex", "_views", "_sparse"):
         monkeypatch.setattr(PagedStep, path, counted(path))
-    for attention in ("gather", "flex", "views", "auto"):
+    for attention in ("gather", "flex", "views", "sparse", "auto"):
         engine = Engine(target, d, gamma=3, num_blocks=48, max_num_batched_tokens=32, attention=attention)
         with Passes(target) as passes:
             outs = engine.run([Request(p, 12, arrival_s=0.002 * i) for i, p in enumerate(prompts[:4])])
         runs[attention] = outs, engine.stats, passes.logits
-        want = {"_views", "_gather"} if attention == "auto" else {"_" + attention}  # auto: lone rows in place
+        # auto: lone rows in place, a plain step's rows sparse, a speculative step's copied
+        want = {"_views", "_sparse" if d is None else "_gather"} if attention == "auto" else {"_" + attention}
         assert set(reads) == want, set(reads)  # this path, and only it, read the pool
         reads.clear()
     g_out, g_stats, g_logits = runs["gather"]
-    for attention in ("flex", "views", "auto"):
+    for attention in ("flex", "views", "sparse", "auto"):
         f_out, f_stats, f_logits = runs[attention]
         assert [o.tokens for o in f_out] == [o.tokens for o in g_out]
-        assert f_stats.accepted_per_position == g_stats.accepted_per_position and sum(g_stats.accepted_per_position)
+        assert f_stats.accepted_per_position == g_stats.accepted_per_position
+        assert sum(g_stats.accepted_per_position) or d is None
         assert len(f_logits) == len(g_logits)
         for a, b in zip(g_logits, f_logits):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
@@ -211,7 +213,7 @@ def test_rows_split_by_length_give_the_tokens_and_logits_of_one_group(pair, draf
     for cost in (10**15, 0):
         monkeypatch.setattr(attention, "GROUP_BYTES", cost)
         seen.clear()
-        engine = Engine(target, d, gamma=3)
+        engine = Engine(target, d, gamma=3, attention="gather")  # the copying paths group (sparse reads no padding)
         with Passes(target) as passes:
             outs = engine.run([Request(p, 16, temperature=0.8 * (i % 2), seed=i) for i, p in enumerate(prompts)])
         runs[cost] = outs, engine.stats, passes.logits, [len(g) for g in seen]
@@ -223,7 +225,7 @@ def test_rows_split_by_length_give_the_tokens_and_logits_of_one_group(pair, draf
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("attention", ["gather", "flex", "views"])
+@pytest.mark.parametrize("attention", ["gather", "flex", "views", "sparse"])
 def test_a_sliding_window_layer_reads_only_its_window(attention):
     """A random Llama whose first layer attends to its last 4 tokens only, the second to all of them, prompts of 9-30
     tokens (longer than the window; the first chunks of the longer ones cut by a 16-token budget), decoding with a
@@ -274,8 +276,8 @@ def test_views_read_one_run_rows_in_place_and_copy_the_others_as_the_gather_does
 
 def test_auto_reads_a_lone_one_run_row_in_place_and_copies_a_group_of_rows():
     """The default path: a group of one row whose blocks are one run of the pool (3, 4, 5) is read as a view of it,
-    with no copy; a group of two rows (one of them scattered) and a lone scattered row are copied as the gather
-    copies them; every output is the gather's (two causal queries, 6 heads over 2 KV heads)."""
+    with no copy; a lone scattered row is copied as the gather copies it; a group of two rows (one of them scattered)
+    is copied; every output is the gather's (two causal queries, 6 heads over 2 KV heads)."""
     from minispec.engine.attention import span
     from minispec.model.llama import attention_masks
 
@@ -297,12 +299,84 @@ def test_auto_reads_a_lone_one_run_row_in_place_and_copies_a_group_of_rows():
         g = group(torch.arange(len(rows) * T).view(-1, T), torch.ones(len(rows), T, dtype=torch.bool), tables[i],
                   masks, bs, spans=tuple(spans[r] for r in rows))
         steps = {a: PagedStep(pool, new.flatten()[None], new.flatten(), [g], a) for a in ("gather", "auto")}
+        assert not steps["auto"].sparse(g)  # two queries a row: read as below (sparse: a plain step's rows)
         copies.clear()
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(torch.Tensor, "index_select", lambda self, *a: (copies.append(self.shape), select(self, *a))[1])
             got = steps["auto"].read(0, q[i], g, None, 0)
         assert len(copies) == want, (rows, copies)
         torch.testing.assert_close(got, steps["gather"]._gather(0, q[i], g, None, 0), rtol=1e-5, atol=1e-6)
+
+
+def test_auto_reads_a_plain_steps_rows_sparse_on_a_cpu_float32_pool_only():
+    """Where ``auto`` reads a group sparse: several rows of one query each (a plain step), on this CPU, in a float32
+    pool; not a lone row, not a speculative step's rows, not a bf16 pool (torch's CPU SDDMM takes no other dtype).
+    ``sparse`` reads every group so."""
+    from minispec.engine.attention import reads_sparse
+
+    bs, S = 4, 8
+    tables = torch.tensor([[3, 4], [9, 1]])  # (R, nb)
+    pools = {dt: PagedPool(1, num_blocks=12, block_size=bs, kv_heads=1, head_dim=8, dtype=dt)
+             for dt in (torch.float32, torch.bfloat16)}
+    for R, T, dtype, attention, want in [(2, 1, torch.float32, "auto", True), (1, 1, torch.float32, "auto", False),
+                                         (2, 2, torch.float32, "auto", False), (2, 1, torch.bfloat16, "auto", False),
+                                         (2, 1, torch.float32, "gather", False), (1, 2, torch.float32, "sparse", True)]:
+        masks = {None: torch.ones(R, 1, T, S, dtype=torch.bool)}
+        g = group(torch.arange(R * T).view(R, T), torch.ones(R, T, dtype=torch.bool), tables[:R], masks, bs)
+        step = PagedStep(pools[dtype], torch.zeros(1, R * T, dtype=torch.long), torch.zeros(R * T, dtype=torch.long),
+                         [g], attention)
+        assert step.sparse(g) == want, (R, T, dtype, attention)
+        assert reads_sparse(attention, pools[dtype], T) == (want or R == 1 and attention == "auto"
+                                                            and T == 1 and dtype == torch.float32)
+
+
+@pytest.mark.parametrize("T, window, K", [(1, None, 3), (2, None, 1), (3, None, 2), (3, 5, 2)])
+def test_sparse_reads_each_real_querys_own_slots_in_place_and_gives_the_gathers_output(T, window, K, monkeypatch):
+    """Three rows of 11, 7 and 2 slots before the step's queries, blocks scattered over the pool, row 1 feeding one
+    query fewer than the others (its last is padding): ``sparse`` copies nothing out of the pool (no index_select),
+    its pattern holds, for every real query and each of its query heads, exactly the physical slots the query sees
+    (its row's, causal, inside the window) and no other, and attend gives the gather's output; decode and chains of
+    2 and 3, 6 query heads over 1, 2 or 3 KV heads."""
+    from minispec.model.llama import attention_masks
+
+    bs, H, D = 4, 6, 8
+    pool = PagedPool(1, num_blocks=12, block_size=bs, kv_heads=K, head_dim=D)
+    torch.manual_seed(2)
+    pool.k.normal_(), pool.v.normal_()
+    tables = torch.tensor([[3, 4, 5, 6], [9, 1, 7, 12], [2, 10, 12, 12]])  # (R, nb) 12: the scratch block
+    lengths = torch.tensor([11, 7, 2])
+    j = torch.arange(T)
+    counts = torch.tensor([T, max(T - 1, 1), T])  # (R,) real queries a row
+    valid = j < counts[:, None]  # (R, T)
+    query = (counts.cumsum(0) - counts)[:, None] + torch.minimum(j, counts[:, None] - 1)  # (R, T) padding repeats
+    new = lengths[:, None] + j  # (R, T) logical slots
+    _, masks = attention_masks(new, int(new.max()) + 1, None, (window,))
+    g = group(query, valid, tables, masks, bs)
+    physical = tables.gather(1, new // bs) * bs + new % bs  # (R, T)
+    N = int(counts.sum())
+    q, k, v = torch.randn(1, H, N, D), torch.randn(1, K, N, D), torch.randn(1, K, N, D)
+    out = {}
+    for a in ("gather", "sparse"):
+        p = PagedPool(1, num_blocks=12, block_size=bs, kv_heads=K, head_dim=D)
+        p.k.copy_(pool.k), p.v.copy_(pool.v)
+        step = PagedStep(p, new[valid][None], physical[valid], [g], a)
+        copies = []
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(torch.Tensor, "index_select", lambda self, *a, _f=torch.Tensor.index_select, _c=copies: (
+                _c.append(self.shape), _f(self, *a))[1])
+            out[a] = step.attend(0, q, k, v, window)[0]  # (H, N, D)
+        assert (len(copies) == 0) == (a == "sparse"), (a, copies)
+    torch.testing.assert_close(out["sparse"], out["gather"], rtol=1e-5, atol=1e-6)
+    crow, col, _, _ = step._pattern(g, window, 0, H // K)
+    P = pool.k.shape[2]
+    rows = [col[a:b].tolist() for a, b in zip(crow[:-1].tolist(), crow[1:].tolist())]  # each CSR row's columns
+    want = []
+    for h in range(K):
+        for r, t in valid.nonzero().tolist():  # each real query, in the pass's order
+            seen = masks[window][r, 0, t].nonzero()[:, 0]  # (n,) logical slots it sees
+            slots = (tables[r, seen // bs] * bs + seen % bs).tolist()
+            want += [[h * P + s for s in slots]] * (H // K)  # once per query head of KV head h
+    assert rows == want
 
 
 def test_the_flex_block_mask_visits_each_rows_own_blocks_and_no_other():

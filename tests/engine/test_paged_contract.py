@@ -65,10 +65,10 @@ def test_compact_moves_what_the_dense_cache_moves_offset_zero_included():
     view = pool.view(tables, torch.zeros(B, dtype=torch.long))
     slots = view.physical(torch.arange(S).expand(B, -1))  # (B, S)
     for buf, src in ((pool.k, dense.k), (pool.v, dense.v)):
-        buf[:, slots] = src.permute(0, 1, 3, 2, 4)  # (L, B, S, K, D)
+        buf[:, :, slots] = src.transpose(1, 2)  # (L, K, B, S, D)
     base = torch.tensor([3, 5])  # (B,) each row's root
     path = torch.tensor([[0, 2, -1], [3, 1, 4]])  # (B, D) offsets from the root; row 0 moves its root to base + 1
     dense.compact(base, path)
     view.compact(base, path)
     for buf, ref in ((pool.k, dense.k), (pool.v, dense.v)):
-        assert torch.equal(buf[:, slots], ref.permute(0, 1, 3, 2, 4))
+        assert torch.equal(buf[:, :, slots], ref.transpose(1, 2))
