@@ -234,6 +234,19 @@ MUTANTS = {
         "minispec/engine/drafting.py", "s.lag = run.lag if speculative else s.lag + 1",
         "s.lag = run.lag + 1 if speculative else s.lag + 1", [WORK, "-k", "re_reads_no_more"],
         engine(EAGLE.format(""))),
+    "engine runner: a plain step's rows split by length even where read sparse (more calls, no padding saved)": (
+        "minispec/engine/runner.py", "if reads_sparse(self.runner.attention, pool, T + 1):", "if False:",
+        [WORK, "-k", "one_sparse_group"], engine("None")),
+    "engine attention: a plain step's real queries gathered by index, not read as the pass's slice": (
+        "minispec/engine/attention.py", "if g.tokens is not None:", "if False:",
+        [WORK, "-k", "one_sparse_group"], engine("None")),
+    "engine attention: auto reads a speculative step's rows sparse (slower than copying them)": (
+        "minispec/engine/attention.py", "(attention == \"auto\" and fits and width == 1)",
+        "(attention == \"auto\" and fits)", ["tests/engine/test_engine_step.py", "-k", "plain_steps_rows_sparse"],
+        engine(SMALL)),
+    "engine attention: the sparse softmax takes no max out (exp overflows on large scores)": (
+        "minispec/engine/attention.py", "e = (s - top[seg]).exp_()", "e = s.exp()",
+        ["tests/engine/test_engine_step.py", "-k", "sparse_reads"], engine("None")),
     "engine draft model: a row's lag after a speculative step 3, not 2 (a true token re-read every step)": (
         "minispec/engine/drafting.py", "s.lag = 2 if speculative else s.lag + 1",
         "s.lag = 3 if speculative else s.lag + 1", [WORK, "-k", "re_reads_no_more"], engine(SMALL)),

@@ -93,6 +93,29 @@ def test_a_prompts_first_chunk_attends_to_itself_and_short_rows_are_not_padded_t
     assert together >= 2
 
 
+def test_a_plain_steps_rows_are_one_sparse_group_read_as_the_passs_tokens(code_pair, passes, monkeypatch):
+    """The default path on this CPU, plain decoding, rows of 30 to 460 tokens: every step's decoding rows are one
+    group (the sparse read pays for no padding, so splitting them by length would only add calls), whose real
+    queries are the pass's first tokens in order (read as a slice, not gathered), read by the sparse path and by
+    nothing else."""
+    target, _, _ = code_pair
+    text = sample_text("code")
+    prompts = [list(text[100: 130]), list(text[2000: 2460]), list(text[5000: 5025]), list(text[7000: 7200])]
+    reads = []
+    attend, sparse, passed = PagedStep.attend, PagedStep._sparse, []
+    monkeypatch.setattr(PagedStep, "attend", lambda self, *a: passed.append(a[1].untyped_storage()) or attend(self, *a))
+    monkeypatch.setattr(PagedStep, "_sparse", lambda self, *a: reads.append(  # a: layer, q, group, window, i
+        a[1].untyped_storage().data_ptr() == passed[-1].data_ptr()) or sparse(self, *a))
+    outs = Engine(target).run([Request(p, 8) for p in prompts])
+    assert [o.tokens for o in outs] == minispec.generate(target, prompts, 8).tokens
+    decoding = [[g for g in groups if g.fresh is None] for _, groups in passes[1:]]
+    assert decoding and all(len(gs) == 1 for gs in decoding)  # one group a step
+    for (n, _), (g,) in zip(passes[1:], decoding):
+        assert g.tokens == slice(0, len(g.query)) and g.query.shape[1] == 1  # the pass's first tokens, in order
+    assert len(reads) == target.config.num_hidden_layers * len(decoding)  # each layer, each step: the sparse read
+    assert all(reads)  # of the pass's queries in place (a view of the layer's q), not gathered
+
+
 @pytest.mark.parametrize("temperature", [0.0, 1.0])  # greedy q is one-hot; sampled q has every token
 def test_each_pass_reads_the_tokens_its_plan_budgeted_where_drafts_are_cut_to_fit(code_pair, passes, temperature):
     """18 tokens a step and six rows of 1 + 4 on 8-token prompts: the scheduler cuts the fourth row's draft to
