@@ -114,10 +114,12 @@ def reads_sparse(attention: str, pool: PagedPool, width: int) -> bool:
     """Whether a group of several rows of ``width`` queries each is read by the sparse path (:meth:`PagedStep._sparse`):
     always with ``sparse``; with ``auto`` where it measured faster than the copy, a plain step's rows (width 1) on a
     CPU with a float32 or float64 pool (torch's CPU SDDMM takes no other dtype). A step whose decoding rows are read
-    sparse puts them in one group: the sparse path reads no padding (results/cpu/engine_sparse.txt: 1.09-1.26x the
-    gather's throughput on plain steps; on a speculative step's 1 + 4 queries a row 1.04x for SmolLM2's batch of 32
-    with prompt lookup but 0.91x for the embedded pair's 8 with its draft model, whose small copies cost less than the
-    sparse calls)."""
+    sparse puts them in one group: the sparse path reads no padding. Through the engine on 2 threads
+    (results/cpu/engine_sparse.txt) it served plain steps 1.11-1.30x as fast as the gather; a speculative step's
+    1 + 4 queries a row 1.03x for SmolLM2's batch of 32 with prompt lookup but 0.93x for the embedded pair's 8 with its
+    draft model, whose small copies cost less than the sparse calls. One layer alone (engine_attention.txt): 5 queries
+    a row at 2,048 slots read sparse in 0.6-0.8x the gather's time, at 256 slots in 1.1-1.5x; pass
+    ``attention="sparse"`` for long-context speculation."""
     fits = pool.k.device.type == "cpu" and pool.k.dtype in (torch.float32, torch.float64)
     return attention == "sparse" or (attention == "auto" and fits and width == 1)
 
