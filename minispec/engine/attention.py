@@ -152,7 +152,7 @@ class PagedStep:
                      "sparse": None}[attention]
         self.attention = attention
         self.compiled = positions.device.type == "cuda" if compiled is None else compiled
-        self._blocks = {}  # each (group, window)'s mask (gather) or block mask (flex), built once per step
+        self._blocks = {}  # each (group, window)'s mask (gather), block mask (flex) or CSR pattern (sparse): per step
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int | None):
         """q (1, H, N, D), k and v (1, K, N, D) of one layer: write k, v into the pool, return (1, H, N, D)."""

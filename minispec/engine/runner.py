@@ -42,7 +42,6 @@ from minispec.engine.request import Sequence
 from minispec.engine.scheduler import StepPlan
 from minispec.model.llama import Model, attention_masks
 from minispec.speculative.loop import accept
-from minispec.speculative.rule import accept_reject
 
 
 @dataclass
@@ -59,10 +58,11 @@ class StepResult:
 
 class ModelRunner:
     """Runs a :class:`~minispec.engine.scheduler.StepPlan` on the target and draft, KV in ``num_blocks`` blocks;
-    ``rows`` sequences at once of at most ``length`` tokens; ``attention``: see :mod:`minispec.engine.attention`."""
+    ``rows`` sequences at once of at most ``length`` tokens; ``rule``: the accept rule; ``attention``: see
+    :mod:`minispec.engine.attention` (the engine passes its own)."""
 
     def __init__(self, target: Model, draft: Draft | None, num_blocks: int, block_size: int, rows: int,
-                 length: int, rule=accept_reject, attention: str = "auto"):
+                 length: int, rule, attention: str):
         cfg, dev = target.config, target.device
         self.target, self.draft, self.rule, self.attention = target, draft, rule, attention
         self.pool = PagedPool(cfg.num_hidden_layers, num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim,

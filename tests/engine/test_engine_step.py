@@ -370,6 +370,11 @@ def test_sparse_reads_each_real_querys_own_slots_in_place_and_gives_the_gathers_
     big = {a: PagedStep(pool, new[valid][None], physical[valid], [g], a).attend(0, 300 * q, k, v, window)[0]
            for a in ("gather", "sparse")}  # scores in the hundreds: exp of them overflows unless each max is taken out
     torch.testing.assert_close(big["sparse"], big["gather"], rtol=1e-3, atol=1e-3)  # not NaN, not inf
+    built = []  # the pattern is built once a step: a second layer finds it (nonzero is where it is built)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(torch.Tensor, "nonzero", lambda self, *a, _f=torch.Tensor.nonzero: built.append(1) or _f(self, *a))
+        step.attend(0, q, k, v, window)
+    assert not built
     crow, col, _, _ = step._pattern(g, window, 0, H // K)
     P = pool.k.shape[2]
     rows = [col[a:b].tolist() for a, b in zip(crow[:-1].tolist(), crow[1:].tolist())]  # each CSR row's columns

@@ -110,10 +110,23 @@ def test_a_plain_steps_rows_are_one_sparse_group_read_as_the_passs_tokens(code_p
     assert [o.tokens for o in outs] == minispec.generate(target, prompts, 8).tokens
     decoding = [[g for g in groups if g.fresh is None] for _, groups in passes[1:]]
     assert decoding and all(len(gs) == 1 for gs in decoding)  # one group a step
-    for (n, _), (g,) in zip(passes[1:], decoding):
+    for (g,) in decoding:
         assert g.tokens == slice(0, len(g.query)) and g.query.shape[1] == 1  # the pass's first tokens, in order
     assert len(reads) == target.config.num_hidden_layers * len(decoding)  # each layer, each step: the sparse read
     assert all(reads)  # of the pass's queries in place (a view of the layer's q), not gathered
+
+
+def test_a_greedy_plain_step_takes_the_argmax_without_building_a_distribution(code_pair, monkeypatch):
+    """Greedy plain decoding: each step's token is the logits' argmax, taken once; the one-hot distribution (a
+    (B, V) write, and a second argmax over it) is built only where a prompt completes and draws its first token."""
+    target, _, prompts = code_pair
+    built = []
+    probabilities = runner_module.probabilities
+    monkeypatch.setattr(runner_module, "probabilities", lambda *a: built.append(1) or probabilities(*a))
+    engine = Engine(target)
+    outs = engine.run([Request(p, 8) for p in prompts[:3]])
+    assert [o.tokens for o in outs] == minispec.generate(target, prompts[:3], 8).tokens
+    assert len(built) == sum(1 for p in engine.stats.prefill_per_step if p) < engine.stats.steps
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])  # greedy q is one-hot; sampled q has every token

@@ -72,3 +72,15 @@ def test_compact_moves_what_the_dense_cache_moves_offset_zero_included():
     view.compact(base, path)
     for buf, ref in ((pool.k, dense.k), (pool.v, dense.v)):
         assert torch.equal(buf[:, :, slots], ref.transpose(1, 2))
+
+
+def test_a_view_reads_exactly_the_slots_written_so_far():
+    """Two rows, nothing written yet, then steps of 3 and 2 tokens: each update returns the rows' slots [0, bound),
+    3 then 5, not a slot more (the view copies whole blocks and cuts them to the bound)."""
+    pool = PagedPool(1, 8, 4, 2, 8)
+    view = pool.view(torch.tensor([[5, 2, 8], [0, 6, 8]]), torch.zeros(2, dtype=torch.long))
+    for T, bound in ((3, 3), (2, 5)):
+        view.begin(view.lengths[:, None] + torch.arange(T))
+        k, v = view.update(0, torch.randn(2, 2, T, 8), torch.randn(2, 2, T, 8))  # (B, K, T, D) each
+        assert k.shape == v.shape == (2, 2, bound, 8)
+        view.end(T)
