@@ -225,6 +225,23 @@ def test_rows_split_by_length_give_the_tokens_and_logits_of_one_group(pair, draf
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
+def test_a_tree_over_greedy_and_sampled_rows_reads_each_groups_own_pattern(pair):
+    """A tree draft over greedy and sampled rows drafts them as two groups, verified in one pass: read ``sparse``, each
+    group is a slice of the pass with a pattern of its own (one shared would attend one group's queries over the
+    other's slots); the tokens, acceptance and logits are the gather's."""
+    target, draft, prompts = pair
+    tree = minispec.TreeDraft(draft, budget=6, depth=3)
+    runs = {}
+    for attention in ("gather", "sparse"):
+        engine = Engine(target, tree, gamma=3, attention=attention)
+        with Passes(target) as passes:
+            outs = engine.run([Request(p, 12, temperature=0.8 * (i % 2), seed=i) for i, p in enumerate(prompts[:4])])
+        runs[attention] = [o.tokens for o in outs], engine.stats.accepted_per_position, passes.logits
+    assert runs["sparse"][:2] == runs["gather"][:2] and sum(runs["gather"][1])
+    for a, b in zip(runs["gather"][2], runs["sparse"][2]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("attention", ["gather", "flex", "views", "sparse"])
 def test_a_sliding_window_layer_reads_only_its_window(attention):
     """A random Llama whose first layer attends to its last 4 tokens only, the second to all of them, prompts of 9-30
