@@ -167,7 +167,7 @@ MUTANTS = {
         "minispec/engine/runner.py", "slice(a, a + n) if start == 0 else None", "None", [WORK, "-k", "first_chunk"],
         engine(SMALL)),
     "engine runner: decoding rows attended as one group, padded to the longest": (
-        "minispec/engine/runner.py", "for rows, width in by_length(S, group_cost(self.runner.pool)):",
+        "minispec/engine/runner.py", "for rows, width in by_length(S, group_cost(pool)):",
         "for rows, width in [(list(range(len(S))), max(S))]:", [WORK, "-k", "first_chunk"], engine(SMALL)),
     "engine blocks: a new row placed at the start of the longest free run (its neighbour's growth room taken)": (
         "minispec/engine/blocks.py", "b = (run.start() + run.end()) // 2 if table or run.start() else 0",
