@@ -238,7 +238,7 @@ MUTANTS = {
         "minispec/engine/runner.py", "if reads_sparse(self.runner.attention, pool, T + 1):", "if False:",
         [WORK, "-k", "one_sparse_group"], engine("None")),
     "engine attention: a plain step's real queries gathered by index, not read as the pass's slice": (
-        "minispec/engine/attention.py", "if g.tokens is not None:", "if False:",
+        "minispec/engine/attention.py", "at = g.dest if g.tokens is None else g.tokens", "at = g.dest",
         [WORK, "-k", "one_sparse_group"], engine("None")),
     "engine attention: auto reads a speculative step's rows sparse (slower than copying them)": (
         "minispec/engine/attention.py", "(attention == \"auto\" and fits and width == 1)",

@@ -48,7 +48,7 @@ from typing import NamedTuple
 import torch
 import torch.nn.functional as F
 
-from minispec.engine.paged import PagedPool
+from minispec.engine.paged import PagedPool, read_blocks
 
 ATTENTION = ("auto", "gather", "flex", "views", "sparse")
 GROUP_BYTES = 1 << 18  # what one more group of rows costs (its kernel calls each layer), in KV bytes read: by_length
@@ -170,10 +170,8 @@ class PagedStep:
                 out[f] = y[0].transpose(0, 1)
                 continue
             if self.sparse(g):  # the real queries only, read in place: no padding, no copy
-                if g.tokens is not None:
-                    out[g.tokens] = self._sparse(layer, q[0][:, g.tokens], g, window, i)
-                else:
-                    out.index_copy_(0, g.dest, self._sparse(layer, q[0][:, g.dest], g, window, i))
+                at = g.dest if g.tokens is None else g.tokens  # a slice of the pass where the caller knows one
+                out[at] = self._sparse(layer, q[0][:, at], g, window, i)
                 continue
             qg = q[0][:, g.query].transpose(0, 1)  # (R, H, T, D)
             y = self.read(layer, qg, g, window, i)  # (R, H, T, D)
@@ -205,13 +203,8 @@ class PagedStep:
         return y.reshape(R, H, T, D)
 
     def _rows(self, pool: torch.Tensor, blocks: torch.Tensor) -> torch.Tensor:
-        """The copy: rows' blocks (R, nb) of one layer's pool (K, P, D), whole blocks, as (R, K, nb x block size, D).
-        A block a copy (index_select): in a microbenchmark here, 1.2-1.6x faster than a slot a copy for 8-64 rows of
-        256-512 slots."""
-        K, _, D = pool.shape
-        R = len(blocks)
-        blocks = pool.view(K, -1, self.pool.block_size, D).index_select(1, blocks.flatten())  # (K, R nb, bs, D)
-        return blocks.view(K, R, -1, D).transpose(0, 1)  # (R, K, S, D)
+        """The copy of rows' blocks (R, nb) of one layer's pool (K, P, D): (R, K, S, D), :func:`read_blocks`."""
+        return read_blocks(pool, blocks, self.pool.block_size)
 
     def _head_mask(self, g, window, i, G, dtype):
         """Group ``i``'s mask for ``window``, repeated for the G query heads folded into each KV head's queries
