@@ -17,9 +17,9 @@ A step (vLLM V1's ``gpu_model_runner``, nano-vllm's ``model_runner``), read top 
 5. **The draft reads the prefill chunks** (its own KV; an EAGLE head's features), a cost in TTFT.
 6. **One host sync**: each row's new tokens, which were draft tokens, and the step's acceptance counts.
 
-Rows with any mix of temperature, top-k, top-p and seed share the pass. A tree draft's children depend on
-whether a row is greedy (the draft's top-k) or sampled (i.i.d. from q), so a tree drafts greedy and sampled
-rows as two groups; they still share the one target pass.
+Rows with any mix of temperature, top-k, top-p and seed share the pass. A static tree's children depend on
+whether a row is greedy (the draft's top-k) or sampled (i.i.d. from q), so it drafts greedy and sampled rows
+as two groups; they still share the one target pass. A dynamic tree takes the top-k for every row: one group.
 """
 
 from __future__ import annotations
@@ -106,13 +106,14 @@ class ModelRunner:
         return _collect(decs, pre, first)  # the one host sync
 
     def _decoding(self, plan: StepPlan) -> list[_Decoding]:
-        """The decoding rows as one group; a tree over greedy and sampled rows as two (a greedy row's children are
-        the draft's top-k, a sampled row's are drawn from q), each drafted apart, verified in the same pass."""
+        """The decoding rows as one group; a static tree over greedy and sampled rows as two (a greedy row's children
+        are the draft's top-k, a sampled row's are drawn from q), each drafted apart, verified in the same pass."""
         rows, k = plan.decode, plan.k
         if not rows:
             return []
         greedy = [s.params.greedy for s in rows]
-        if not (isinstance(self.draft, TreeDraft) and plan.gamma and 0 < sum(greedy) < len(rows)):
+        if not (isinstance(self.draft, TreeDraft) and self.draft.parents is not None and plan.gamma
+                and 0 < sum(greedy) < len(rows)):
             return [_Decoding(self, rows, k, plan.gamma, 0)]
         parts = [[i for i, g in enumerate(greedy) if g == want] for want in (True, False)]
         first = _Decoding(self, [rows[i] for i in parts[0]], [k[i] for i in parts[0]], plan.gamma, 0)

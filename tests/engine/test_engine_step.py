@@ -46,13 +46,15 @@ def mixed(prompts, n=24):
     return [Request(p, n, arrival_s=0.002 * i, **k) for i, (p, k) in enumerate(zip(prompts, kinds))]
 
 
-@pytest.mark.parametrize("draft_kind", ["none", "model", "lookup", "tree"])
+@pytest.mark.parametrize("draft_kind", ["none", "model", "lookup", "tree", "static"])
 def test_a_mixed_batch_runs_one_target_pass_per_step(pair, draft_kind):
     """Any mix of sampling settings, prefill chunks and decoding rows: exactly one target forward per step, and every
-    decoding row gets its new tokens from it (a tree drafts greedy and sampled rows as two groups: both are read)."""
+    decoding row gets its new tokens from it (a static tree drafts greedy and sampled rows as two groups: both are
+    read)."""
     target, draft, prompts = pair
     d = {"none": None, "model": draft, "lookup": minispec.PromptLookupDraft(),
-         "tree": minispec.TreeDraft(draft, budget=6, depth=3)}[draft_kind]
+         "tree": minispec.TreeDraft(draft, budget=6, depth=3), "static": minispec.TreeDraft(draft, branching=(2, 2, 1))
+         }[draft_kind]
     engine = Engine(target, d, gamma=3, max_num_batched_tokens=40)
     execute, missed = engine.runner.execute, []
 
@@ -226,11 +228,11 @@ def test_rows_split_by_length_give_the_tokens_and_logits_of_one_group(pair, draf
 
 
 def test_a_tree_over_greedy_and_sampled_rows_reads_each_groups_own_pattern(pair):
-    """A tree draft over greedy and sampled rows drafts them as two groups, verified in one pass: read ``sparse``, each
-    group is a slice of the pass with a pattern of its own (one shared would attend one group's queries over the
+    """A static tree over greedy and sampled rows drafts them as two groups, verified in one pass: read ``sparse``,
+    each group is a slice of the pass with a pattern of its own (one shared would attend one group's queries over the
     other's slots); the tokens, acceptance and logits are the gather's."""
     target, draft, prompts = pair
-    tree = minispec.TreeDraft(draft, budget=6, depth=3)
+    tree = minispec.TreeDraft(draft, branching=(2, 2, 1))
     runs = {}
     for attention in ("gather", "sparse"):
         engine = Engine(target, tree, gamma=3, attention=attention)
@@ -241,6 +243,32 @@ def test_a_tree_over_greedy_and_sampled_rows_reads_each_groups_own_pattern(pair)
     for a, b in zip(runs["gather"][2], runs["sparse"][2]):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
+
+def test_one_greedy_row_among_sampled_rows_gets_its_own_top_k_tree(pair):
+    """A tree over one greedy row and sampled rows: the greedy row is still drafted as a group of its own, its children
+    the draft's top-k (drafted with the sampled rows it would get i.i.d. children from a one-hot q: the same tokens,
+    fewer accepted), so it accepts at each step what it accepts alone."""
+    target, draft, prompts = pair
+    tree = minispec.TreeDraft(draft, branching=(2, 2, 1))  # a static tree: a sampled row's children are drawn
+    alone = Engine(target, tree, gamma=3).run([Request(prompts[0], 16)])[0]
+    mixed_batch = [Request(prompts[0], 16)] + [Request(p, 16, temperature=0.9, seed=i) for i, p in
+                                               enumerate(prompts[1:3], 1)]
+    ours = Engine(target, tree, gamma=3).run(mixed_batch)[0]
+    assert ours.tokens == alone.tokens and sum(alone.accepted) >= 8
+    assert ours.accepted == alone.accepted
+
+
+@pytest.mark.parametrize("shape, groups", [(dict(budget=6, depth=3), 1), (dict(branching=(2, 2, 1)), 2)])
+def test_only_a_static_tree_drafts_greedy_and_sampled_rows_apart(pair, shape, groups):
+    """A dynamic tree takes every row's top-k, sampled or not, so greedy and sampled rows draft as one group (two
+    would run the draft twice at every depth); a static tree draws a sampled row's children from q: two groups."""
+    target, draft, prompts = pair
+    engine = Engine(target, minispec.TreeDraft(draft, **shape), gamma=3)
+    split, seen = engine.runner._decoding, []
+    engine.runner._decoding = lambda plan: seen.append(split(plan)) or seen[-1]
+    engine.run([Request(p, 8, temperature=0.8 * (i % 2), seed=i) for i, p in enumerate(prompts[:4])])
+    mixed_steps = [len(decs) for decs in seen if len({r.params.greedy for d in decs for r in d.rows}) == 2]
+    assert mixed_steps and set(mixed_steps) == {groups}
 
 @pytest.mark.parametrize("attention", ["gather", "flex", "views", "sparse"])
 def test_a_sliding_window_layer_reads_only_its_window(attention):
