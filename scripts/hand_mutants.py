@@ -237,6 +237,9 @@ MUTANTS = {
     "engine runner: a plain step's rows split by length even where read sparse (more calls, no padding saved)": (
         "minispec/engine/runner.py", "if reads_sparse(self.runner.attention, pool, T + 1):", "if False:",
         [WORK, "-k", "one_sparse_group"], engine("None")),
+    "engine runner: a static tree drafts a lone greedy row with the sampled rows (its children from a one-hot q)": (
+        "minispec/engine/runner.py", "and 0 < sum(greedy) < len(rows)):", "and 1 < sum(greedy) < len(rows)):",
+        ["tests/engine/test_engine_step.py", "-k", "one_greedy_row"], engine(TREE)),
     "engine attention: a plain step's real queries gathered by index, not read as the pass's slice": (
         "minispec/engine/attention.py", "at = g.dest if g.tokens is None else g.tokens", "at = g.dest",
         [WORK, "-k", "one_sparse_group"], engine("None")),
