@@ -71,18 +71,26 @@ class Clock:
 
 @dataclass(frozen=True)
 class VllmSettings:
-    """How vLLM's CPU engine runs: its threads and OpenMP library, eager or compiled."""
+    """How vLLM's CPU engine runs: its threads and OpenMP library, eager or compiled, and the threads of its n-gram
+    proposer (numba, ``parallel=True``). numba's default layer here is OpenMP, a second pool of spinning threads in
+    the worker's process beside torch's bound ones: with it vLLM's n-gram runs on SmolLM2 took 1.41x / 1.52x /
+    1.68x as long at batches 1 / 8 / 32 as with numba's own ``workqueue`` layer, for the same tokens and counts
+    (``scripts/vllm_numba.py``, results/cpu/vllm_numba.txt), so that is the default; ``numba="default"`` leaves
+    numba's choice."""
 
     threads: int = 1  # OpenMP threads of the worker that runs the model
     omp: str = "gomp"  # "gomp": vLLM's default (torch's libgomp); "iomp": Intel OpenMP in LD_PRELOAD
     bind: str | None = None  # VLLM_CPU_OMP_THREADS_BIND; None: the first `threads` CPUs this process may use
     eager: bool = True  # enforce_eager: no torch.compile (vLLM's CPU default compiles with inductor at start-up)
+    numba: str = "workqueue"  # NUMBA_THREADING_LAYER; "default": numba's own choice (OpenMP where it loads)
 
     def __post_init__(self):
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
             raise ValueError(f"vLLM threads must be an integer >= 1, got {self.threads!r}")
         if self.omp not in ("gomp", "iomp"):
             raise ValueError(f"--vllm-omp takes gomp or iomp, got {self.omp!r}")
+        if self.numba not in ("workqueue", "default"):
+            raise ValueError(f"--vllm-numba takes workqueue or default, got {self.numba!r}")
 
     def environment(self) -> dict[str, str]:
         """The environment variables these settings set for vLLM's processes."""
@@ -98,6 +106,8 @@ class VllmSettings:
             env["OMP_NUM_THREADS"] = str(self.threads)
         if self.omp == "iomp":
             env["LD_PRELOAD"] = str(iomp_library())
+        if self.numba != "default":
+            env["NUMBA_THREADING_LAYER"] = self.numba
         return env
 
 

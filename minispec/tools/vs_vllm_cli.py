@@ -26,7 +26,7 @@ def config_from_meta(meta: dict) -> VsConfig:
     tup = lambda v: tuple(v) if isinstance(v, list) else v  # noqa: E731
     d = {k: ({w: tup(x) for w, x in v.items()} if isinstance(v, dict) and k != "vllm" else tup(v))
          for k, v in d.items()}
-    return VsConfig(**d | {"vllm": VllmSettings(**d["vllm"])})
+    return VsConfig(**d | {"vllm": VllmSettings(**{"numba": "default"} | d["vllm"])})  # runs before it: numba's
 
 
 def redraw(path: str | Path) -> str:
@@ -83,7 +83,8 @@ def cli_config(args) -> tuple[VsConfig, str]:
     cfg = VsConfig(engines=tuple(x.strip() for x in args.engines.split(",")), gamma=args.gamma,
                    ngram=tuple(int(x) for x in floats(args.ngram, "--ngram", 2)), lookup_rule=args.lookup_rule,
                    temperature=args.temperature, realtime=args.realtime, threads=threads, prepack=args.prepack,
-                   vllm=VllmSettings(vllm_threads, args.vllm_omp, args.vllm_bind, not args.vllm_compile), **kw)
+                   vllm=VllmSettings(vllm_threads, args.vllm_omp, args.vllm_bind, not args.vllm_compile,
+                                     args.vllm_numba), **kw)
     PromptLookupDraft(*cfg.ngram, rule=cfg.lookup_rule)  # raises where the rule is unknown
     if "smollm2" in cfg.workloads:
         resolve("smollm2-135m-instruct")  # raises, naming `minispec fetch smollm2`, when it is missing
@@ -131,6 +132,9 @@ def add_arguments(p) -> None:
     p.add_argument("--vllm-bind", default=None,
                    help="VLLM_CPU_OMP_THREADS_BIND (default: the first --threads CPUs; nobind: OMP_NUM_THREADS)")
     p.add_argument("--vllm-compile", action="store_true", help="let vLLM compile (default enforce_eager)")
+    p.add_argument("--vllm-numba", default="workqueue", choices=("workqueue", "default"),
+                   help="the threads of vLLM's n-gram proposer (NUMBA_THREADING_LAYER): workqueue, or numba's default "
+                        "(OpenMP here, which slowed vLLM's n-gram steps 1.4-1.7x beside torch's threads)")
     p.add_argument("--from-jsonl", default=None, metavar="FILE",
                    help="run nothing: write the .txt table and .png plot of a finished run from its .jsonl again")
     p.add_argument("--out", default=None, help="path prefix of .jsonl/.txt/.png (default results/cpu/vs_vllm)")

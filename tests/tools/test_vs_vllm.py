@@ -195,10 +195,13 @@ def test_the_minispec_side_end_to_end_writes_rows_table_and_plot(tmp_path, monke
 def test_vllm_settings_name_threads_and_openmp():
     env = VllmSettings(threads=1).environment()
     assert env["VLLM_CPU_OMP_THREADS_BIND"].isdigit() and "LD_PRELOAD" not in env
-    assert VllmSettings(threads=2, bind="nobind").environment() == {"VLLM_CPU_OMP_THREADS_BIND": "nobind",
-                                                                    "OMP_NUM_THREADS": "2"}
+    assert env["NUMBA_THREADING_LAYER"] == "workqueue"  # not numba's OpenMP pool beside torch's threads
+    assert VllmSettings(threads=2, bind="nobind", numba="default").environment() == {
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": "2"}
     with pytest.raises(ValueError, match="gomp or iomp"):
         VllmSettings(omp="tbb")
+    with pytest.raises(ValueError, match="workqueue or default"):
+        VllmSettings(numba="omp")
     with pytest.raises(ValueError, match="need 999 CPUs|999 vLLM threads"):
         VllmSettings(threads=999).environment()
     assert kv_bytes_per_token(vs_vllm_workload.resolve("tiny-code-target")) == 8 * 2 * 2 * 48 * 4
