@@ -207,6 +207,15 @@ def test_vllm_settings_name_threads_and_openmp():
     assert kv_bytes_per_token(vs_vllm_workload.resolve("tiny-code-target")) == 8 * 2 * 2 * 48 * 4
 
 
+def test_a_records_vllm_settings_read_back_as_they_ran():
+    """A record made before the numba setting existed ran vLLM on numba's default layer and reads back so; a newer
+    record reads back with the layer it names."""
+    old = {"threads": 2, "omp": "gomp", "bind": None, "eager": True}
+    cfg = lambda vllm: vs_vllm_cli.config_from_meta({"config": {"workloads": ["pair"], "vllm": vllm}})  # noqa: E731
+    assert cfg(old).vllm == VllmSettings(2, numba="default")
+    assert cfg(old | {"numba": "workqueue"}).vllm.numba == "workqueue"
+
+
 def test_vllm_threads_default_to_minispecs_and_can_differ():
     parse = lambda *a: vs_vllm_cli.cli_config(build_parser().parse_args(["vs-vllm", "--engines", "minispec", *a]))[0]  # noqa: E731
     cfg = parse("--threads", "2")
