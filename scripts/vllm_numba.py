@@ -20,12 +20,11 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from minispec.tools import vs_vllm_workload as W
+from minispec.tools.vllm_side import VllmServer, VllmSettings, available
+from minispec.tools.vs_vllm import VsConfig
 
-from minispec.tools import vs_vllm_workload as W  # noqa: E402
-from minispec.tools.vllm_side import VllmServer, VllmSettings, available  # noqa: E402
-from minispec.tools.vs_vllm import VsConfig  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SETTINGS = (("plain", "workqueue"), ("ngram", "default"), ("ngram", "workqueue"))  # (vLLM setting, numba layer)
 

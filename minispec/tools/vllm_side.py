@@ -72,7 +72,7 @@ class Clock:
 @dataclass(frozen=True)
 class VllmSettings:
     """How vLLM's CPU engine runs: its threads and OpenMP library, eager or compiled, and the threads of its n-gram
-    proposer (numba, ``parallel=True``). numba's default layer here is OpenMP, a second pool of spinning threads in
+    proposer (numba, ``parallel=True``). numba's default layer here is OpenMP, a second pool of OpenMP threads in
     the worker's process beside torch's bound ones: with it vLLM's n-gram runs on SmolLM2 took 1.41x / 1.52x /
     1.68x as long at batches 1 / 8 / 32 as with numba's own ``workqueue`` layer, for the same tokens and counts
     (``scripts/vllm_numba.py``, results/cpu/vllm_numba.txt), so that is the default; ``numba="default"`` leaves

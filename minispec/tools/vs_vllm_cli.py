@@ -26,7 +26,8 @@ def config_from_meta(meta: dict) -> VsConfig:
     tup = lambda v: tuple(v) if isinstance(v, list) else v  # noqa: E731
     d = {k: ({w: tup(x) for w, x in v.items()} if isinstance(v, dict) and k != "vllm" else tup(v))
          for k, v in d.items()}
-    return VsConfig(**d | {"vllm": VllmSettings(**{"numba": "default"} | d["vllm"])})  # runs before it: numba's
+    older = {"numba": "default"}  # a record made before VllmSettings.numba ran vLLM on numba's default layer
+    return VsConfig(**d | {"vllm": VllmSettings(**older | d["vllm"])})
 
 
 def redraw(path: str | Path) -> str:
