@@ -511,8 +511,13 @@ def _record(modules: list[str] | None, quiet: bool) -> None:
     data["tests"] = configured(WORK)["pytest_add_cli_args_test_selection"]
     data.setdefault("modules", {})
     for module in modules or sorted(plans):
+        meta = read_meta(WORK, module)
+        if not meta:  # mutmut's record of it is not in this checkout (mutants/ is not in git): keep its entry
+            if not quiet:
+                print(f"{module}: no mutmut record here; its entry in {RESULT.name} is kept")
+            continue
         described = describe(WORK, module)
-        entry = summarise(module, plans[module], read_meta(WORK, module), described, ran_on, eq)
+        entry = summarise(module, plans[module], meta, described, ran_on, eq)
         seen = {d["fingerprint"] for d in described.values()}
         stale = [name for digest, (name, _) in eq.items() if name.startswith(module_key(module) + ".")
                  and digest not in seen]
