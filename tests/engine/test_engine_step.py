@@ -46,6 +46,11 @@ def mixed(prompts, n=24):
     return [Request(p, n, arrival_s=0.002 * i, **k) for i, (p, k) in enumerate(zip(prompts, kinds))]
 
 
+def alternating(prompts, n):
+    """Greedy and sampled rows in turn (temperature 0 and 0.8, each row seeded by its index), all at t = 0."""
+    return [Request(p, n, temperature=0.8 * (i % 2), seed=i) for i, p in enumerate(prompts)]
+
+
 @pytest.mark.parametrize("draft_kind", ["none", "model", "lookup", "tree", "static"])
 def test_a_mixed_batch_runs_one_target_pass_per_step(pair, draft_kind):
     """Any mix of sampling settings, prefill chunks and decoding rows: exactly one target forward per step, and every
@@ -217,7 +222,7 @@ def test_rows_split_by_length_give_the_tokens_and_logits_of_one_group(pair, draf
         seen.clear()
         engine = Engine(target, d, gamma=3, attention="gather")  # the copying paths group (sparse reads no padding)
         with Passes(target) as passes:
-            outs = engine.run([Request(p, 16, temperature=0.8 * (i % 2), seed=i) for i, p in enumerate(prompts)])
+            outs = engine.run(alternating(prompts, 16))
         runs[cost] = outs, engine.stats, passes.logits, [len(g) for g in seen]
     (one, one_stats, one_logits, one_groups), (many, many_stats, many_logits, many_groups) = runs[10**15], runs[0]
     assert set(one_groups) == {1} and max(many_groups) >= 3  # a tree drafts greedy and sampled rows apart
@@ -237,7 +242,7 @@ def test_a_tree_over_greedy_and_sampled_rows_reads_each_groups_own_pattern(pair)
     for attention in ("gather", "sparse"):
         engine = Engine(target, tree, gamma=3, attention=attention)
         with Passes(target) as passes:
-            outs = engine.run([Request(p, 12, temperature=0.8 * (i % 2), seed=i) for i, p in enumerate(prompts[:4])])
+            outs = engine.run(alternating(prompts[:4], 12))
         runs[attention] = [o.tokens for o in outs], engine.stats.accepted_per_position, passes.logits
     assert runs["sparse"][:2] == runs["gather"][:2] and sum(runs["gather"][1])
     for a, b in zip(runs["gather"][2], runs["sparse"][2]):
@@ -266,9 +271,10 @@ def test_only_a_static_tree_drafts_greedy_and_sampled_rows_apart(pair, shape, gr
     engine = Engine(target, minispec.TreeDraft(draft, **shape), gamma=3)
     split, seen = engine.runner._decoding, []
     engine.runner._decoding = lambda plan: seen.append(split(plan)) or seen[-1]
-    engine.run([Request(p, 8, temperature=0.8 * (i % 2), seed=i) for i, p in enumerate(prompts[:4])])
+    engine.run(alternating(prompts[:4], 8))
     mixed_steps = [len(decs) for decs in seen if len({r.params.greedy for d in decs for r in d.rows}) == 2]
     assert mixed_steps and set(mixed_steps) == {groups}
+
 
 @pytest.mark.parametrize("attention", ["gather", "flex", "views", "sparse"])
 def test_a_sliding_window_layer_reads_only_its_window(attention):
