@@ -240,6 +240,9 @@ MUTANTS = {
     "engine runner: a static tree drafts a lone greedy row with the sampled rows (its children from a one-hot q)": (
         "minispec/engine/runner.py", "and 0 < sum(greedy) < len(rows)):", "and 1 < sum(greedy) < len(rows)):",
         ["tests/engine/test_engine_step.py", "-k", "one_greedy_row"], engine(TREE)),
+    "engine draft model: its view copies its rows out of its pool at every forward of a step, not once": (
+        "minispec/engine/drafting.py", "    keep = True  # a step's view", "    keep = False  # a step's view",
+        ["tests/engine/test_engine_step.py", "-k", "copy_its_rows"], engine(SMALL)),
     "engine attention: a plain step's real queries gathered by index, not read as the pass's slice": (
         "minispec/engine/attention.py", "at = g.dest if g.tokens is None else g.tokens", "at = g.dest",
         [WORK, "-k", "one_sparse_group"], engine("None")),

@@ -57,6 +57,7 @@ class PagedDraft:
 
     features: tuple[int, ...] = ()  # target layers whose residual stream the draft reads
     start_lag = 0  # each row's lag after its prefill
+    keep = True  # a step's view of the draft's own pool copies each layer's rows once, not at every forward
 
     def __init__(self, draft: Draft, target: Model, num_blocks: int, block_size: int):
         self.draft, self.target = draft, target
@@ -116,7 +117,7 @@ class PagedModelDraft(PagedDraft):
         self.draft.model(chunk.tokens, cache, output_index=chunk.last[:, None], num_layers=self.draft.num_layers)
 
     def run(self, state, sampler, rows, tables):
-        cache = self.pool.view(tables, state.total - 1)
+        cache = self.pool.view(tables, state.total - 1, keep=self.keep)  # its forwards this step read one copy
         return _RaggedModelRun(self.draft, cache, sampler, [s.lag for s in rows])
 
     def after(self, run, rows, speculative):
@@ -155,7 +156,7 @@ class PagedEagleDraft(PagedDraft):
         m(m.fuse(self.draft.embed(x), features, True), view)  # (B, T, C) pairs t of the chunk
 
     def run(self, state, sampler, rows, tables):
-        cache = self.pool.view(tables, state.total - 1)
+        cache = self.pool.view(tables, state.total - 1, keep=self.keep)
         # rows with a smaller lag than the batch's re-read a few true pairs: harmless
         return _EagleRun.resume(self.draft, state, sampler, cache, PagedRows(self.feats, cache, state.slots),
                                 max(s.lag for s in rows))

@@ -50,9 +50,10 @@ class PagedPool:
     def nbytes(self) -> int:
         return 2 * self.k.numel() * self.k.element_size()
 
-    def view(self, tables: torch.Tensor, lengths: torch.Tensor) -> PagedCache:
-        """A cache over the rows with these block tables (B, nb), padded with the scratch block, and KV lengths (B,)."""
-        return PagedCache(self, tables, lengths)
+    def view(self, tables: torch.Tensor, lengths: torch.Tensor, keep: bool = False) -> PagedCache:
+        """A cache over the rows with these block tables (B, nb), padded with the scratch block, and KV lengths (B,);
+        ``keep``: copy each layer's rows out of the pool once and keep the copy (:meth:`PagedCache.update`)."""
+        return PagedCache(self, tables, lengths, keep)
 
 
 class PagedCache:
@@ -60,10 +61,11 @@ class PagedCache:
 
     static = False
 
-    def __init__(self, pool: PagedPool, tables: torch.Tensor, lengths: torch.Tensor):
+    def __init__(self, pool: PagedPool, tables: torch.Tensor, lengths: torch.Tensor, keep: bool = False):
         self.pool, self.tables, self.lengths = pool, tables, lengths.clone()  # (B, nb), (B,)
         self.bound = 0  # host-side bound on max(lengths): attention reads slots [0, bound)
-        self._write = self._read = None
+        self._write = self._read = self._at = None
+        self._kept = {} if keep else None  # (layer, 0 for K / 1 for V) -> (B, K, nb bs, D) the rows' slots, kept
 
     def physical(self, slots: torch.Tensor) -> torch.Tensor:
         """Physical slots (B, ...) of logical slots (B, ...); past a row's blocks (any slot, however far), the scratch
@@ -81,23 +83,34 @@ class PagedCache:
         """Prepare to write at logical slots (B, T); the next :meth:`update` calls gather slots [0, bound), whole
         blocks (:func:`read_blocks`), past a row's blocks the scratch block."""
         self.bound += slots.shape[1]
-        self._write = self.physical(slots).flatten()  # (B T,)
+        self._write, self._at = self.physical(slots).flatten(), slots  # (B T,), (B, T)
         nb, width = -(-self.bound // self.pool.block_size), self.tables.shape[1]
+        if self._kept is not None:
+            nb = max(nb, width)  # a kept copy holds every block of the tables: the later calls' new slots fit
         self._read = self.tables[:, torch.arange(nb, device=slots.device).clamp_max(width - 1)]  # (B, nb)
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Write k, v (B, K, T, D) of one layer into the pool; return each row's slots in use (B, K, S', D)."""
+        """Write k, v (B, K, T, D) of one layer into the pool; return each row's slots in use (B, K, S', D). A kept
+        view (a draft's, which runs several forwards a step over the same rows) copies each layer's rows once, then
+        writes each later call's new slots into that copy as well as into the pool."""
         B, K, T, D = k.shape
         out = []
-        for pool, new in ((self.pool.k[layer], k), (self.pool.v[layer], v)):  # pool (K, P, D)
+        for i, (pool, new) in enumerate(((self.pool.k[layer], k), (self.pool.v[layer], v))):  # pool (K, P, D)
             pool.index_copy_(1, self._write, new.transpose(0, 1).reshape(K, B * T, D))  # into their physical slots
+            kept = None if self._kept is None else self._kept.get((layer, i))
+            if kept is not None and kept.shape[2] >= self.bound:  # a later call of a kept view: its new slots only
+                out.append(kept.scatter_(2, self._at[:, None, :, None].expand(-1, K, -1, D), new)[:, :, : self.bound])
+                continue
             # The gather: a fused paged-attention kernel would read the pool through self.tables instead of copying.
-            out.append(read_blocks(pool, self._read, self.pool.block_size)[:, :, : self.bound])  # (B, K, S', D)
+            rows = read_blocks(pool, self._read, self.pool.block_size)  # (B, K, nb bs, D)
+            if self._kept is not None:
+                self._kept[layer, i] = rows
+            out.append(rows[:, :, : self.bound])  # (B, K, S', D)
         return out[0], out[1]
 
     def end(self, T: int) -> None:
         self.lengths += T
-        self._write = self._read = None
+        self._write = self._read = self._at = None
 
     def rollback(self, lengths: torch.Tensor) -> None:
         self.lengths.copy_(lengths)
@@ -113,6 +126,8 @@ class PagedCache:
         pd, ps = self.physical(dst), self.physical(src)  # (B, D) each
         for buf in (self.pool.k, self.pool.v):
             buf[:, :, pd] = buf[:, :, ps]  # (L, K, B, D, Dh) gathered first, then written
+        if self._kept is not None:
+            self._kept.clear()  # the slots moved: the next call copies them again
 
 
 class PagedRows:

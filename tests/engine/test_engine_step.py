@@ -126,6 +126,38 @@ def test_every_attention_path_equals_the_gather(pair, draft_kind, monkeypatch):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("draft_kind", ["model", "eagle"])
+def test_a_drafts_forwards_in_a_step_copy_its_rows_out_of_its_pool_once(pair, draft_kind, monkeypatch):
+    """A draft model or EAGLE head runs 1 + gamma - 1 forwards a step over the same rows: its view of its own pool
+    copies each layer's rows once a step (K and V), not once a forward, and serves what the copy-per-forward view
+    serves (the same tokens and acceptance)."""
+    import minispec.engine.paged as paged
+
+    target, draft, prompts = pair
+    d = draft if draft_kind == "model" else minispec.EagleDraft.from_pretrained("tiny-code-eagle", target)
+    layers = d.config.num_hidden_layers if draft_kind == "model" else 1  # the EAGLE head: one layer
+    reads, runs = [], {}
+    monkeypatch.setattr(paged, "read_blocks", lambda *a, _f=paged.read_blocks: reads.append(1) or _f(*a))
+    for keep in (True, False):
+        engine = Engine(target, d, gamma=4)
+        if not keep:
+            engine.runner.drafter.keep = False  # the reference: a fresh copy at every forward
+        per_step = []
+
+        def counted(plan, execute=engine.runner.execute, per_step=per_step):
+            n = len(reads)
+            result = execute(plan)
+            if plan.decode and not plan.prefill:
+                per_step.append(len(reads) - n)
+            return result
+
+        engine.runner.execute = counted
+        runs[keep] = [o.tokens for o in engine.run([Request(p, 16) for p in prompts[:4]])], engine.stats
+        assert per_step and set(per_step) == ({2 * layers} if keep else {2 * layers * 4}), per_step
+    assert runs[True][0] == runs[False][0]
+    assert runs[True][1].accepted_per_position == runs[False][1].accepted_per_position
+
+
 def test_the_flat_pass_gives_each_row_its_own_logits():
     """A random Llama (vocabulary 32,768, sliding window off): the engine's plain steps over rows of different
     lengths give, row by row, the logits of the model run on that row alone."""

@@ -8,7 +8,7 @@ import torch
 
 import minispec
 from minispec.engine import Engine, Request
-from minispec.engine.paged import PagedPool, PagedRows
+from minispec.engine.paged import PagedPool, PagedRows, read_blocks
 from minispec.model.kv_cache import KVCache
 from minispec.model.load import sample_text
 
@@ -84,3 +84,51 @@ def test_a_view_reads_exactly_the_slots_written_so_far():
         k, v = view.update(0, torch.randn(2, 2, T, 8), torch.randn(2, 2, T, 8))  # (B, K, T, D) each
         assert k.shape == v.shape == (2, 2, bound, 8)
         view.end(T)
+
+
+def test_a_kept_view_returns_what_a_fresh_copy_returns_and_reads_the_pool_once_a_layer(monkeypatch):
+    """A draft's view over a step (``keep=True``) copies each layer's rows once and then writes only the new slots
+    into its copy: call by call it returns exactly what the plain view's fresh copy returns, through writes that
+    cross blocks, a rollback that writes slots again, a trim and a compact (after which it copies again), and it
+    reads the pool once per layer and K or V, not once per call."""
+    import minispec.engine.paged as paged
+
+    reads = []
+    monkeypatch.setattr(paged, "read_blocks", lambda *a: reads.append(1) or read_blocks(*a))
+    L, B, K, D, bs = 2, 2, 2, 8, 4
+    tables = torch.tensor([[5, 2, 7, 1], [0, 6, 3, 8]])  # (B, 4 blocks): row 1's last is the scratch block
+    pools = [PagedPool(L, 8, bs, K, D) for _ in range(2)]
+    g = torch.Generator().manual_seed(0)
+    for buf in ("k", "v"):  # history already in the pool: the same in both
+        x = torch.randn(getattr(pools[0], buf).shape, generator=g)
+        for p in pools:
+            getattr(p, buf).copy_(x)
+    start = torch.tensor([6, 3])
+    plain, kept = pools[0].view(tables, start), pools[1].view(tables, start, keep=True)
+    calls = [("write", 2), ("write", 1), ("write", 3), ("rollback", None), ("write", 2), ("trim", None),
+             ("write", 1), ("compact", None), ("write", 1)]
+    per_call = []
+    for what, T in calls:
+        for view in (plain, kept):
+            if what == "rollback":
+                view.rollback(start + 1)
+            elif what == "trim":
+                view.trim(int(view.lengths.max()))
+            elif what == "compact":
+                view.compact(view.lengths - 3, torch.tensor([[2, -1], [1, 2]]))
+        if what != "write":
+            continue
+        new = [torch.randn(B, K, T, D, generator=g) for _ in range(2 * L)]
+        n = len(reads)
+        outs = []
+        for view in (plain, kept):
+            view.begin(view.lengths[:, None] + torch.arange(T))
+            outs.append([view.update(layer, new[2 * layer], new[2 * layer + 1]) for layer in range(L)])
+            view.end(T)
+            per_call.append(len(reads) - n)
+            n = len(reads)
+        for (k0, v0), (k1, v1) in zip(*outs):
+            assert torch.equal(k0, k1) and torch.equal(v0, v1)
+    assert torch.equal(pools[0].k, pools[1].k) and torch.equal(pools[0].v, pools[1].v)
+    assert per_call[0::2] == [2 * L] * 6  # the plain view copies every call
+    assert per_call[1::2] == [2 * L, 0, 0, 0, 0, 2 * L]  # the kept one at its first call and after the compact
