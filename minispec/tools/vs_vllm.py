@@ -70,6 +70,7 @@ class VsConfig:
     bisect: int = 2  # bisection steps per (engine, setting, seed) between grid rates
     static_batches: tuple[int, ...] = (1, 8, 32)
     static_min: int = 8  # requests per static batch size at least (rounds of B, one after another)
+    static_repeat: int = 1  # runs of each static batch per engine, the engines alternated (the report takes medians)
     gamma: int = 4  # K: draft tokens per step, both engines
     ngram: tuple[int, int] = (4, 2)  # prompt lookup's largest and smallest n-gram (vLLM's prompt_lookup_max/min)
     lookup_rule: str = "vllm"  # PromptLookupDraft's rule: "vllm" drafts as vLLM's ngram does; "latest": minispec's
@@ -94,8 +95,9 @@ class VsConfig:
             raise ValueError("need 1 <= min_requests <= max_requests and exclude shares summing below 0.9")
         if self.gamma < 1 or not 1 <= self.ngram[1] <= self.ngram[0] or self.temperature < 0:
             raise ValueError("need gamma >= 1, 1 <= smallest n-gram <= largest, temperature >= 0")
-        if any(b < 1 for b in self.static_batches) or self.bisect < 0 or not 0 < self.attainment <= 1:
-            raise ValueError("static batches must be >= 1, bisect >= 0, attainment in (0, 1]")
+        if (any(b < 1 for b in self.static_batches) or self.static_repeat < 1 or self.bisect < 0
+                or not 0 < self.attainment <= 1):
+            raise ValueError("static batches and repeats must be >= 1, bisect >= 0, attainment in (0, 1]")
 
     def rates_of(self, workload: str) -> tuple[float, ...]:
         return tuple((self.rates or {}).get(workload, RATES[workload]))
@@ -224,11 +226,12 @@ def serve_setting(w, setting, engine, cfg, table, meta, emit, progress) -> None:
                     emit(row)
         for B in cfg.static_batches:
             rounds = static_jobs(w["prompts"], w["outputs"], B, cfg, w["eos"])
-            got = {e: measure(e, fn, rounds, cfg) for e, fn in serve.items()}
-            for e, (row, served) in got.items():
-                row |= base | dict(engine=e, mode="static", batch=B, seed=0, bisect=False)
-                row |= report.static(served, rounds) | tokens_equal(got, e)
-                emit(row)
+            for repeat in range(cfg.static_repeat):  # minispec, vLLM, minispec, ...: a slow minute hits both
+                got = {e: measure(e, fn, rounds, cfg) for e, fn in serve.items()}
+                for e, (row, served) in got.items():
+                    row |= base | dict(engine=e, mode="static", batch=B, seed=0, bisect=False, repeat=repeat)
+                    row |= report.static(served, rounds) | tokens_equal(got, e)
+                    emit(row)
     finally:
         if server is not None:
             server.close()

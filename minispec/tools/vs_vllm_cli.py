@@ -65,6 +65,7 @@ def cli_config(args) -> tuple[VsConfig, str]:
     for key, value in (("seeds", args.seeds and tuple(int(s) for s in floats(args.seeds, "--seeds"))),
                        ("window_s", args.window), ("bisect", args.bisect), ("slo", slo or None),
                        ("static_batches", args.static and tuple(int(b) for b in floats(args.static, "--static"))),
+                       ("static_repeat", args.repeat),
                        ("exclude", args.exclude and floats(args.exclude, "--exclude", 2))):
         if value is not None:
             kw[key] = value
@@ -110,6 +111,8 @@ def add_arguments(p) -> None:
     p.add_argument("--exclude", default=None, help="shares of arrivals, first,last, not counted (default 0.1,0.1)")
     p.add_argument("--bisect", type=int, default=None, help="goodput bisection steps per seed (default 2)")
     p.add_argument("--static", default=None, help="static batch sizes, all at t=0 (default 1,8,32)")
+    p.add_argument("--repeat", type=int, default=None, help="runs of each static batch per engine, alternated; the "
+                   "table gives medians (default 1)")
     p.add_argument("--slo-smollm2", default=None, help="TTFT s,TPOT ms (default 2,150)")
     p.add_argument("--slo-pair", default=None, help="TTFT s,TPOT ms (default 1,50)")
     p.add_argument("--gamma", type=int, default=4, help="K, draft tokens per step in both engines (default 4)")

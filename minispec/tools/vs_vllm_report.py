@@ -164,7 +164,7 @@ def load_table(rows: list[dict]) -> str:
 
 def paired(rows: list[dict]) -> list[tuple[dict, dict]]:
     """(minispec's row, vLLM's row) for every grid or static run both engines served."""
-    key = lambda r: (r["workload"], r["setting"], r["mode"], r.get("rate"), r.get("batch"), r["seed"])  # noqa: E731
+    key = lambda r: tuple(r.get(k) for k in ("workload", "setting", "mode", "rate", "batch", "seed", "repeat"))  # noqa
     vllm = {key(r): r for r in rows if r["engine"] == "vllm" and not r.get("bisect")}
     return [(r, vllm[key(r)]) for r in rows if r["engine"] == "minispec" and not r.get("bisect") and key(r) in vllm]
 
@@ -289,7 +289,8 @@ def text(rows: list[dict], cfg, meta: dict | None = None) -> str:
              f"SLOs ({slos}), per seed, bisected {cfg.bisect} step(s) between grid rates; mean [min-max] over seeds:",
              goodput_table(rows, cfg.attainment)]
     if any(r["mode"] == "static" for r in rows):
-        parts += [f"\nStatic batches (all requests at t = 0, rounds of B, at least {cfg.static_min} requests):",
+        runs = f"; medians of {cfg.static_repeat} runs an engine, alternated" if cfg.static_repeat > 1 else ""
+        parts += [f"\nStatic batches (all requests at t = 0, rounds of B, at least {cfg.static_min} requests{runs}):",
                   static_table(rows)]
     parts += ["\nWhere speculation stops paying (measured):", *crossover(rows, cfg.attainment)]
     if meta and meta.get("roofline"):

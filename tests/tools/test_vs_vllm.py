@@ -226,6 +226,22 @@ def test_vllm_threads_default_to_minispecs_and_can_differ():
         parse("--vllm-threads", "0")
 
 
+def test_repeated_static_runs_give_medians_and_pair_each_run_with_its_own():
+    """``static_repeat``: each static batch served several times an engine; the table divides the medians, and the
+    counters are compared run by run (minispec's second run with vLLM's second)."""
+    thr = {"minispec": (100, 130, 90), "vllm": (110, 100, 120)}
+    rows = [row(e, "draft", 8, 0.01, thr[e][i], mode="static", repeat=i) for i in range(3) for e in thr]
+    rows[3]["accepted_per_position"] = [8, 6, 4, 1]  # vLLM's second run (rows alternate minispec, vLLM)
+    rows += [row(e, "plain", 8, 0.01, 100, mode="static", repeat=i) for i in range(3) for e in thr]
+    cfg = VsConfig(workloads=("pair",), seeds=(0,), static_repeat=3)
+    static = vs_vllm_report.static_table(rows).splitlines()[1].split()  # the draft's line
+    assert static[3:6] == ["100", "110", "0.91x"]  # medians: 100 of 90-130, 110 of 100-120
+    text = vs_vllm_report.text(rows, cfg)
+    assert "medians of 3 runs an engine, alternated" in text and "in 2 of 3 speculative runs at a fixed K" in text
+    with pytest.raises(ValueError, match="repeats must be >= 1"):
+        VsConfig(static_repeat=0)
+
+
 def test_the_command_checks_its_flags_before_any_work(capsys, tmp_path):
     out = ["--out", str(tmp_path / "x")]
     for argv, message in [(["--engines", "minispec,sglang"], "engines minispec, vllm"),
@@ -235,6 +251,7 @@ def test_the_command_checks_its_flags_before_any_work(capsys, tmp_path):
                           (["--engines", "minispec", "--k-table", str(tmp_path / "no.json")], "no such file"),
                           (["--engines", "minispec", "--k-table", __file__], "not vLLM's speculative-config keys"),
                           (["--engines", "minispec", "--workloads", "pair,gpt"], "workloads are smollm2, pair"),
+                          (["--engines", "minispec", "--repeat", "0"], "repeats must be >= 1"),
                           (["--from-jsonl", str(tmp_path / "no.jsonl")], "no such file")]:
         assert main(["vs-vllm", *out, *argv]) == 2, argv
         assert message in capsys.readouterr().err
