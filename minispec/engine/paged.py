@@ -14,7 +14,9 @@ to the longest row as a static batch is.
 The view's gather: in each layer, :meth:`PagedCache.update` writes the step's keys and values into
 their physical slots, then gathers the blocks that hold each row's logical slots 0..S'-1 into a dense
 (B, K, S', D) tensor for ``scaled_dot_product_attention`` (the target's step does the same per row group,
-reads a plain step's rows with sparse matmuls, or reads the pool with FlexAttention).
+reads a plain step's rows with sparse matmuls, or reads the pool with FlexAttention). A draft runs several forwards
+a step over the same rows, so its view is *kept* (``keep=True``): each layer's rows are copied at its first call
+and each later call writes only its new slots into that copy (results/cpu/draft_copy.txt).
 
 :class:`PagedRows` is the same idea for one vector per position (an EAGLE head's record of the
 target's features): a (B, S, F) tensor's ``gather`` and ``scatter_`` on dimension 1, through the
