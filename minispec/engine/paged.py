@@ -63,7 +63,7 @@ class PagedCache:
 
     static = False
 
-    def __init__(self, pool: PagedPool, tables: torch.Tensor, lengths: torch.Tensor, keep: bool = False):
+    def __init__(self, pool: PagedPool, tables: torch.Tensor, lengths: torch.Tensor, keep: bool):
         self.pool, self.tables, self.lengths = pool, tables, lengths.clone()  # (B, nb), (B,)
         self.bound = 0  # host-side bound on max(lengths): attention reads slots [0, bound)
         self._write = self._read = self._at = None
