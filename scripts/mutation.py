@@ -518,6 +518,10 @@ def _record(modules: list[str] | None, quiet: bool) -> None:
             continue
         described = describe(WORK, module)
         entry = summarise(module, plans[module], meta, described, ran_on, eq)
+        if entry["run"] == 0 and data["modules"].get(module, {}).get("run"):  # generated here, never run: keep it
+            if not quiet:
+                print(f"{module}: no mutant has run here; its entry in {RESULT.name} is kept")
+            continue
         seen = {d["fingerprint"] for d in described.values()}
         stale = [name for digest, (name, _) in eq.items() if name.startswith(module_key(module) + ".")
                  and digest not in seen]
