@@ -42,7 +42,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--costs", default="1e15,262144,1048576,4194304")
     ap.add_argument("--attention", default="gather", help="attention paths, e.g. gather,views")
-    ap.add_argument("--draft-copy", default="once", help="once, every or both: a draft's view of its pool per step")
+    ap.add_argument("--draft-copy", default="once",
+                    help="once, every, or once,every: how a draft's forwards read its pool in a step")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cases", default=CASES, help="workload:batch:setting,... (settings: plain, ngram, draft); a "
                     "batch under 8 serves 8 requests in rounds of it")
