@@ -128,9 +128,9 @@ def test_every_attention_path_equals_the_gather(pair, draft_kind, monkeypatch):
 
 @pytest.mark.parametrize("draft_kind", ["model", "eagle"])
 def test_a_drafts_forwards_in_a_step_copy_its_rows_out_of_its_pool_once(pair, draft_kind, monkeypatch):
-    """A draft model or EAGLE head runs 1 + gamma - 1 forwards a step over the same rows: its view of its own pool
-    copies each layer's rows once a step (K and V), not once a forward, and serves what the copy-per-forward view
-    serves (the same tokens and acceptance)."""
+    """A draft model or EAGLE head runs gamma forwards a step over the same rows (a catch-up, then gamma - 1 more):
+    its view of its own pool copies each layer's rows once a step (K and V), not once a forward, and serves what the
+    copy-per-forward view serves (the same tokens and acceptance)."""
     import minispec.engine.paged as paged
 
     target, draft, prompts = pair
