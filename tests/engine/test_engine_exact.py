@@ -63,7 +63,7 @@ def greedy(embedded):
     return minispec.generate(target, prompts, 32).tokens
 
 
-@pytest.mark.parametrize("name", DRAFTS + ["tree"])
+@pytest.mark.parametrize("name", DRAFTS + ["tree", "layerskip"])
 def test_greedy_equals_plain_greedy_per_request_under_staggered_arrivals(embedded, greedy, name, step_clock):
     target, _, _, prompts = embedded
     draft = pick(embedded, name)

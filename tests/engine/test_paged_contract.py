@@ -132,3 +132,22 @@ def test_a_kept_view_returns_what_a_fresh_copy_returns_and_reads_the_pool_once_a
     assert torch.equal(pools[0].k, pools[1].k) and torch.equal(pools[0].v, pools[1].v)
     assert per_call[0::2] == [2 * L] * 6  # the plain view copies every call
     assert per_call[1::2] == [2 * L, 0, 0, 0, 0, 2 * L]  # the kept one at its first call and after the compact
+
+
+def test_a_drafts_own_pool_holds_its_layers_and_no_more(code_pair):
+    """The runner's KV bytes: the target's pool, plus a draft model's pool of its own layers, or an EAGLE head's of
+    its one layer and its feature record (one vector per slot); no draft keeps nothing."""
+    target, small, _ = code_pair
+    eagle = minispec.EagleDraft.from_pretrained("tiny-code-eagle", target)
+    blocks, bs = 40, 16
+    slots = (blocks + 1) * bs  # the scratch block too
+
+    def kv(cfg, layers):
+        return 2 * layers * cfg.num_key_value_heads * cfg.head_dim * slots * 4  # K and V, float32
+
+    base = kv(target.config, target.config.num_hidden_layers)
+    head = eagle.model.config.layer
+    want = {None: base, small: base + kv(small.config, small.config.num_hidden_layers),
+            eagle: base + kv(head, 1) + slots * head.hidden_size * len(eagle.features) * 4}
+    for draft, nbytes in want.items():
+        assert Engine(target, draft, num_blocks=blocks, block_size=bs).runner.nbytes == nbytes
