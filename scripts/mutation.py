@@ -511,14 +511,10 @@ def _record(modules: list[str] | None, quiet: bool) -> None:
     data["tests"] = configured(WORK)["pytest_add_cli_args_test_selection"]
     data.setdefault("modules", {})
     for module in modules or sorted(plans):
-        meta = read_meta(WORK, module)
-        if not meta:  # mutmut's record of it is not in this checkout (mutants/ is not in git): keep its entry
-            if not quiet:
-                print(f"{module}: no mutmut record here; its entry in {RESULT.name} is kept")
-            continue
-        described = describe(WORK, module)
-        entry = summarise(module, plans[module], meta, described, ran_on, eq)
-        if entry["run"] == 0 and data["modules"].get(module, {}).get("run"):  # generated here, never run: keep it
+        meta = read_meta(WORK, module)  # empty where mutmut's record is not in this checkout (mutants/ is not in git)
+        described = describe(WORK, module) if meta else {}
+        entry = summarise(module, plans[module], meta, described, ran_on, eq) if meta else None
+        if entry is None or (entry["run"] == 0 and data["modules"].get(module, {}).get("run")):  # none ran here
             if not quiet:
                 print(f"{module}: no mutant has run here; its entry in {RESULT.name} is kept")
             continue
