@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from minispec.decoding.plain import DecodeState
-from minispec.decoding.sampling import PointMass, RowParams, Sampler, probabilities, proposed
+from minispec.decoding.sampling import PointMass, RowParams, Sampler, argmax, probabilities, proposed
 from minispec.decoding.timing import PhaseTimer
 from minispec.decoding.tree import tree_mask
 from minispec.drafts.base import Draft, Proposal
@@ -239,7 +239,7 @@ class _Decoding:
         if self.proposal is None:  # a plain step: one token a row, the pass's tokens [base, base + B)
             z = logits[self.base: self.base + self.n]  # (B, V)
             # all greedy: the argmax itself (what drawing from its one-hot gives, without building it)
-            t = z.argmax(-1) if sampler.params.greedy else sampler.draw(probabilities(z, sampler.params), st.total)
+            t = argmax(z) if sampler.params.greedy else sampler.draw(probabilities(z, sampler.params), st.total)
             st.emit(t[:, None], torch.ones_like(st.total))
             if self.run is not None:
                 self.run.skipped(feats)

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import torch
 
-from minispec.decoding.sampling import q_at, q_of, take
+from minispec.decoding.sampling import argmax, q_at, q_of, take
 from minispec.decoding.tree import Tree, depths
 
 
@@ -134,7 +134,7 @@ def verify_greedy(p: torch.Tensor, x: torch.Tensor, tree: Tree, draw, q=None):
     once, in O(depth) small ops on (B, T) tensors instead of a walk over (B, V) distributions. ``q``: as
     verify_tree's; a node where it is zero (nothing proposed: a smaller tree's padding) is never accepted."""
     B, T = x.shape
-    best = p.argmax(-1)  # (B, T+1) the target's token after each node
+    best = argmax(p)  # (B, T+1) the target's token after each node
     hit = x == best.gather(1, tree.parent)  # (B, T) the node is its parent's argmax
     if q is not None:
         hit &= q_of(q, x) > 0  # (B, T) and was proposed

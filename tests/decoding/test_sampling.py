@@ -15,6 +15,23 @@ def test_greedy_is_one_hot_and_never_divides_by_zero():
     assert p.tolist() == [[1.0, 0.0, 0.0, 0.0, 0.0]]
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_argmax_is_torchs_argmax_first_on_ties_nan_as_largest_at_128k(dtype):
+    """The engine's greedy token (sampling.argmax, read from max) is torch.argmax's on a real vocabulary: the first
+    index among tied maxima, a NaN the largest, and +inf above every finite value; 1-D, 2-D and 3-D."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 5, 128_256, generator=g).to(dtype)  # (B, T, V) a Llama-3 vocabulary
+    x[0, 0, [7, 90_000, 128_255]] = 50.0  # ties: the first wins
+    x[1, :, :] = 0.0  # a whole row tied
+    x[2, 1, [64_000, 3]] = float("nan")  # NaN counts as the largest, the first one
+    x[3, 2, [100_000, 5]] = float("inf")
+    x[4, 3, :] = float("-inf")
+    x[4, 3, 128_000] = -1e4 if dtype == torch.float16 else -1e30
+    for t in (x, x[0], x[0, 0]):
+        assert torch.equal(sampling.argmax(t), t.argmax(-1))
+    assert sampling.argmax(x)[0, 0] == 7 and sampling.argmax(x)[2, 1] == 3 and sampling.argmax(x)[4, 3] == 128_000
+
+
 def test_temperature_softmax():
     p = probabilities(LOGITS, SamplingParams(0.5))
     assert torch.allclose(p, (LOGITS / 0.5).softmax(-1))
