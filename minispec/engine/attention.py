@@ -30,9 +30,10 @@ How the keys and values are read is the ``attention`` backend (:data:`ATTENTION`
           compiled 1.4-2.2x slower than the gather, eager 11-240x: results/cpu/engine_attention.txt)
   views   row by row: a row whose blocks are one run of the pool (the block manager places rows so that they
           mostly are, :mod:`minispec.engine.blocks`) is a *view* of it, (1, K, S, D) with no copy, and SDPA reads
-          it in place; any other row is copied as ``gather`` copies it. One SDPA call a row instead of one a group:
-          in this project's engine on its CPU no faster than the gather for groups of many rows
-          (results/cpu/engine_views.txt), so only ``auto``'s lone rows read this way
+          it in place; the group's other rows are copied together, as ``gather`` copies a group, and attended in
+          one call. One SDPA call a row instead of one a group: through the engine on its CPU within 0.96-1.04x of
+          ``auto`` on speculative steps and no faster than the gather on plain ones (results/cpu/engine_views.txt),
+          so only ``auto``'s lone rows read this way
 
 All are tested equal to each other (logits within float tolerance, greedy tokens identical) on steps that
 mix prefill chunks, decoding rows, draft tokens and trees.
@@ -216,21 +217,26 @@ class PagedStep:
         return self._blocks[i, window]
 
     def _views(self, layer, q, g, window, i):
-        """Row by row: a row of one run is a view of the pool, read in place (no copy); another is copied."""
+        """Row by row: a row of one run is a view of the pool, read in place (no copy); the other rows are copied
+        together, as the gather copies a group, and attended in one call."""
         R, H, T, D = q.shape
         pk, pv = self.pool.k[layer], self.pool.v[layer]  # (K, P, D) each
         K = pk.shape[0]
         G = H // K
         mask, q = self._head_mask(g, window, i, G, q.dtype), q.reshape(R, K, G * T, D)  # (R, 1, G T, S), (R, K, G T, D)
         y = torch.empty_like(q)  # (R, K, G T, D)
+        if any(sp is None for sp in g.spans):  # the rows that are not one run: copied, as the gather copies them
+            if ("copied", i, window) not in self._blocks:
+                at = torch.tensor([r for r, sp in enumerate(g.spans) if sp is None], device=q.device)  # (C,)
+                self._blocks["copied", i, window] = at, g.blocks[at], mask[at]  # (C,), (C, nb), (C, 1, G T, S)
+            at, blocks, m = self._blocks["copied", i, window]
+            k, v = (self._rows(pool, blocks)[:, :, : m.shape[-1]] for pool in (pk, pv))  # (C, K, S, D) each
+            y[at] = F.scaled_dot_product_attention(q[at], k, v, attn_mask=m)  # (C, K, G T, D)
         for r, sp in enumerate(g.spans):
-            if sp is None:  # not one run: this row's blocks copied, as the gather does
-                S, m = mask.shape[-1], mask[r: r + 1]
-                k, v = (self._rows(pool, g.blocks[r: r + 1])[0, :, :S] for pool in (pk, pv))  # (K, S, D) each
-            else:
+            if sp is not None:
                 (a, n), m = sp, None if T == 1 and window is None else mask[r: r + 1, ..., : sp[1]]  # a lone query
                 k, v = pk[:, a: a + n], pv[:, a: a + n]  # (K, n, D) views: a decode row's query sees all its n slots
-            y[r] = F.scaled_dot_product_attention(q[r: r + 1], k[None], v[None], attn_mask=m)[0]  # (K, G T, D)
+                y[r] = F.scaled_dot_product_attention(q[r: r + 1], k[None], v[None], attn_mask=m)[0]  # (K, G T, D)
         return y.reshape(R, H, T, D)
 
     def _flex(self, layer, q, g, window, i):

@@ -326,10 +326,11 @@ def test_a_sliding_window_layer_reads_only_its_window(attention):
 @pytest.mark.parametrize("T, window, K", [(1, None, 2), (1, 5, 2), (2, None, 2), (3, None, 2), (3, 5, 2),
                                           (2, None, 1), (3, 5, 3)])
 def test_views_read_one_run_rows_in_place_and_copy_the_others_as_the_gather_does(T, window, K, monkeypatch):
-    """Two rows of 11 and 7 slots before the step's T queries, row 0's blocks one run of the pool (3, 4, 5) and row
-    1's scattered (9, 1): ``views`` reads row 0 as a view of the pool (no copy) and copies row 1, and gives the
-    gather's output: decode, chains of 2 and 3 causal queries, with and without a window of 5; 6 query heads over
-    K = 1, 2 or 3 KV heads (MQA and GQA groups of 3 and 2: SmolLM2 has 9 over 3)."""
+    """Three rows of 11, 7 and 5 slots before the step's T queries, row 0's blocks one run of the pool (3, 4, 5),
+    rows 1 and 2 scattered (9, 1 and 11, 0): ``views`` reads row 0 as a view of the pool (no copy) and copies rows 1
+    and 2 together (one copy of keys and one of values), and gives the gather's output: decode, chains of 2 and 3
+    causal queries, with and without a window of 5; 6 query heads over K = 1, 2 or 3 KV heads
+    (MQA and GQA groups of 3 and 2: SmolLM2 has 9 over 3)."""
     from minispec.engine.attention import span
     from minispec.model.llama import attention_masks
 
@@ -337,22 +338,22 @@ def test_views_read_one_run_rows_in_place_and_copy_the_others_as_the_gather_does
     pool = PagedPool(1, num_blocks=12, block_size=bs, kv_heads=K, head_dim=D)
     torch.manual_seed(0)
     pool.k.normal_(), pool.v.normal_()
-    lists = [[3, 4, 5, 6], [9, 1, 7]]
-    tables = torch.tensor([lists[0], lists[1] + [12]])  # (R, nb) the scratch block 12 pads row 1
-    lengths = torch.tensor([11, 7])
+    lists = [[3, 4, 5, 6], [9, 1, 7], [11, 0, 8]]
+    tables = torch.tensor([lists[0], lists[1] + [12], lists[2] + [12]])  # (R, nb) the scratch block 12 pads rows 1, 2
+    lengths = torch.tensor([11, 7, 5])
     new = lengths[:, None] + torch.arange(T)  # (R, T) the queries' logical slots
     _, masks = attention_masks(new, int(new.max()) + 1, None, (window,))
     spans = tuple(span(t, int(n) + T, bs) for t, n in zip(lists, lengths))
-    assert spans == ((12, 11 + T), None)  # row 0 starts at slot 3 * 4; row 1 is not one run
+    assert spans == ((12, 11 + T), None, None)  # row 0 starts at slot 3 * 4; rows 1 and 2 are not one run
     assert span([2, 3], 7, bs) == (8, 7) and span([2, 3], 12, bs) == (8, 8)  # past the table: left out
-    g = group(torch.arange(2 * T).view(2, T), torch.ones(2, T, dtype=torch.bool), tables, masks, bs, spans=spans)
-    q = torch.randn(2, H, T, D)  # (R, H, T, D)
+    g = group(torch.arange(3 * T).view(3, T), torch.ones(3, T, dtype=torch.bool), tables, masks, bs, spans=spans)
+    q = torch.randn(3, H, T, D)  # (R, H, T, D)
     steps = {a: PagedStep(pool, new.flatten()[None], new.flatten(), [g], a) for a in ("gather", "views")}
     copies = []
     monkeypatch.setattr(torch.Tensor, "index_select", lambda self, *a, _f=torch.Tensor.index_select: (
         copies.append(self.shape), _f(self, *a))[1])
     got = steps["views"]._views(0, q, g, window, 0)
-    assert len(copies) == 2  # row 1's keys and values; row 0's are read in place
+    assert len(copies) == 2  # rows 1 and 2's keys, then their values, one copy each; row 0's are read in place
     monkeypatch.undo()
     torch.testing.assert_close(got, steps["gather"]._gather(0, q, g, window, 0), rtol=1e-5, atol=1e-6)
 
