@@ -8,7 +8,7 @@ from support import random_model
 import minispec
 from minispec.course.grader import tv_bound
 from minispec.decoding.sampling import SamplingParams, probabilities
-from minispec.engine import Engine, Request
+from minispec.engine import Engine, Request, drafting
 from minispec.engine import engine as engine_module
 from minispec.model.load import sample_text
 from minispec.roofline.policy import BatchTablePolicy
@@ -153,6 +153,33 @@ def test_a_policy_chooses_gamma_from_the_running_batch(embedded, greedy):
     used = {(b, g) for b, g in zip(s.batch_per_step, s.gamma_per_step) if b}
     assert used <= {(1, 4), (2, 4), (3, 1), (4, 1), (5, 0), (6, 0)} and {g for _, g in used} == {0, 1, 4}
     assert [o.tokens for o in Engine(target, draft, gamma="auto").run(reqs)] == [o.tokens for o in outs]
+
+
+def test_a_row_that_joins_after_plain_steps_catches_up_beside_rows_far_behind(embedded, monkeypatch):
+    """A draft model's catch-up reads each row's lag at one width, the batch's longest lag, so a row with a short lag
+    reads padding past its own tokens. Here that padding runs past the step's token buffer: rows A, B, C and E decode
+    plainly (K 0 from batch 3 up) so their lags grow; D, with the longest prompt, joins when B finishes and decodes
+    plainly beside them; when C and E finish, A (lag 15) and D (lag 5) speculate together (K 4 at batch 2), and D,
+    the longest row, reads padding 4 slots past the buffer. The padding must be clamped inside it (a wrong clamp
+    indexes past the buffer); each request's tokens are greedy decoding's, and the clamp is seen to bind."""
+    target, draft, _, prompts = embedded
+    engine = Engine(target, draft, gamma=BatchTablePolicy(ranges=[[1, 2, 4], [3, 64, 0]]), max_num_seqs=4)
+    reqs = [Request(prompts[0][:5], 40), Request(prompts[1][:5], 10), Request(prompts[2][:5], 14),
+            Request(prompts[3][:5], 14), Request(prompts[5], 20)]  # D: 89 tokens, longer than A will ever be
+    bound = []
+    catch_up = drafting._RaggedModelRun.catch_up
+
+    def spy(run, state):
+        past = state.total - run.lags + run.width - 1 - (state.slots - 1)  # (B,) > 0: the row reads past the buffer
+        bound.append(int(past.max()))
+        return catch_up(run, state)
+
+    monkeypatch.setattr(drafting._RaggedModelRun, "catch_up", spy)
+    outs = engine.run(reqs)
+    assert max(bound) > 0  # the scenario: some row's padding ran past the buffer, and the clamp kept it inside
+    for o, r in zip(outs, reqs):
+        assert o.tokens == minispec.generate(target, [r.prompt], r.max_new_tokens).tokens[0]
+    assert {g for g in engine.stats.gamma_per_step} >= {0, 4}
 
 
 # --- the sampled law through the engine ---------------------------------------------------------
