@@ -173,7 +173,8 @@ MUTANTS = {
         "minispec/engine/blocks.py", "b = (run.start() + run.end()) // 2 if table or run.start() else 0",
         "b = run.start()", ["tests/engine/test_engine_parts.py", "-k", "grow_into"], engine(SMALL)),
     "engine attention: views copies every row (one run or not)": (
-        "minispec/engine/attention.py", "if sp is None:  # not one run", "if True:  # not one run",
+        "minispec/engine/attention.py", "copied = [r for r, sp in enumerate(g.spans) if sp is None]",
+        "copied = list(range(R))",
         ["tests/engine/test_engine_step.py", "-k", "views_read"], engine(SMALL, attention="'views'")),
     "engine attention: auto copies a lone row whose blocks are one run (as the gather does)": (
         "minispec/engine/attention.py", "one = len(g.spans) == 1 and g.spans[0] is not None", "one = False",

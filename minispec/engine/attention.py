@@ -225,18 +225,18 @@ class PagedStep:
         G = H // K
         mask, q = self._head_mask(g, window, i, G, q.dtype), q.reshape(R, K, G * T, D)  # (R, 1, G T, S), (R, K, G T, D)
         y = torch.empty_like(q)  # (R, K, G T, D)
-        if any(sp is None for sp in g.spans):  # the rows that are not one run: copied, as the gather copies them
+        copied = [r for r, sp in enumerate(g.spans) if sp is None]  # not one run: copied, as the gather copies rows
+        if copied:
             if ("copied", i, window) not in self._blocks:
-                at = torch.tensor([r for r, sp in enumerate(g.spans) if sp is None], device=q.device)  # (C,)
+                at = torch.tensor(copied, device=q.device)  # (C,)
                 self._blocks["copied", i, window] = at, g.blocks[at], mask[at]  # (C,), (C, nb), (C, 1, G T, S)
             at, blocks, m = self._blocks["copied", i, window]
             k, v = (self._rows(pool, blocks)[:, :, : m.shape[-1]] for pool in (pk, pv))  # (C, K, S, D) each
             y[at] = F.scaled_dot_product_attention(q[at], k, v, attn_mask=m)  # (C, K, G T, D)
-        for r, sp in enumerate(g.spans):
-            if sp is not None:
-                (a, n), m = sp, None if T == 1 and window is None else mask[r: r + 1, ..., : sp[1]]  # a lone query
-                k, v = pk[:, a: a + n], pv[:, a: a + n]  # (K, n, D) views: a decode row's query sees all its n slots
-                y[r] = F.scaled_dot_product_attention(q[r: r + 1], k[None], v[None], attn_mask=m)[0]  # (K, G T, D)
+        for r in sorted(set(range(R)) - set(copied)):  # one run each: read in place
+            (a, n), m = g.spans[r], None if T == 1 and window is None else mask[r: r + 1, ..., : g.spans[r][1]]
+            k, v = pk[:, a: a + n], pv[:, a: a + n]  # (K, n, D) views: a decode row's query sees all its n slots
+            y[r] = F.scaled_dot_product_attention(q[r: r + 1], k[None], v[None], attn_mask=m)[0]  # (K, G T, D)
         return y.reshape(R, H, T, D)
 
     def _flex(self, layer, q, g, window, i):

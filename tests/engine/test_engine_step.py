@@ -350,10 +350,11 @@ def test_views_read_one_run_rows_in_place_and_copy_the_others_as_the_gather_does
     q = torch.randn(3, H, T, D)  # (R, H, T, D)
     steps = {a: PagedStep(pool, new.flatten()[None], new.flatten(), [g], a) for a in ("gather", "views")}
     copies = []
-    monkeypatch.setattr(torch.Tensor, "index_select", lambda self, *a, _f=torch.Tensor.index_select: (
-        copies.append(self.shape), _f(self, *a))[1])
+    monkeypatch.setattr(torch.Tensor, "index_select", lambda self, dim, index, _f=torch.Tensor.index_select: (
+        copies.append(len(index)), _f(self, dim, index))[1])
     got = steps["views"]._views(0, q, g, window, 0)
-    assert len(copies) == 2  # rows 1 and 2's keys, then their values, one copy each; row 0's are read in place
+    nb = g.blocks.shape[1]
+    assert copies == [2 * nb, 2 * nb]  # rows 1 and 2's blocks, keys then values, in one copy each; row 0 in place
     monkeypatch.undo()
     torch.testing.assert_close(got, steps["gather"]._gather(0, q, g, window, 0), rtol=1e-5, atol=1e-6)
 
