@@ -31,8 +31,8 @@ How the keys and values are read is the ``attention`` backend (:data:`ATTENTION`
   views   row by row: a row whose blocks are one run of the pool (the block manager places rows so that they
           mostly are, :mod:`minispec.engine.blocks`) is a *view* of it, (1, K, S, D) with no copy, and SDPA reads
           it in place; the group's other rows are copied together, as ``gather`` copies a group, and attended in
-          one call. One SDPA call a row instead of one a group: through the engine on its CPU within 0.96-1.04x of
-          ``auto`` on speculative steps and no faster than the gather on plain ones (results/cpu/engine_views.txt),
+          one call. One SDPA call a row instead of one a group: through the engine on its CPU 1.00-1.04x of
+          ``auto`` on speculative steps, 0.88x of its sparse products on plain ones (results/cpu/engine_views.txt),
           so only ``auto``'s lone rows read this way
 
 All are tested equal to each other (logits within float tolerance, greedy tokens identical) on steps that
