@@ -234,7 +234,8 @@ class PagedStep:
             k, v = (self._rows(pool, blocks)[:, :, : m.shape[-1]] for pool in (pk, pv))  # (C, K, S, D) each
             y[at] = F.scaled_dot_product_attention(q[at], k, v, attn_mask=m)  # (C, K, G T, D)
         for r in sorted(set(range(R)) - set(copied)):  # one run each: read in place
-            (a, n), m = g.spans[r], None if T == 1 and window is None else mask[r: r + 1, ..., : g.spans[r][1]]
+            a, n = g.spans[r]  # its first physical slot, its slots
+            m = None if T == 1 and window is None else mask[r: r + 1, ..., :n]  # (1, 1, G T, n); a lone query: none
             k, v = pk[:, a: a + n], pv[:, a: a + n]  # (K, n, D) views: a decode row's query sees all its n slots
             y[r] = F.scaled_dot_product_attention(q[r: r + 1], k[None], v[None], attn_mask=m)[0]  # (K, G T, D)
         return y.reshape(R, H, T, D)
