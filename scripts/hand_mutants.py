@@ -169,15 +169,15 @@ MUTANTS = {
     "engine runner: decoding rows attended as one group, padded to the longest": (
         "minispec/engine/runner.py", "for rows, width in by_length(S, group_cost(pool)):",
         "for rows, width in [(list(range(len(S))), max(S))]:", [WORK, "-k", "first_chunk"], engine(SMALL)),
-    "engine blocks: a new row claims no room (placed in the middle of the longest free run, where rows collide)": (
-        "minispec/engine/blocks.py", "fits = [r for r in unclaimed if r[0] >= need]", "fits = []",
-        ["tests/engine/test_engine_parts.py", "-k", "static_batch"], engine(SMALL)),
+    "engine blocks: a new row placed at the start of the longest free run (its neighbour's growth room taken)": (
+        "minispec/engine/blocks.py", "b = (run.start() + run.end()) // 2 if table or run.start() else 0",
+        "b = run.start()", ["tests/engine/test_engine_parts.py", "-k", "grow_into"], engine(SMALL)),
     "engine attention: views copies every row (one run or not)": (
         "minispec/engine/attention.py", "copied = [r for r, sp in enumerate(g.spans) if sp is None]",
         "copied = list(range(R))",
         ["tests/engine/test_engine_step.py", "-k", "views_read"], engine(SMALL, attention="'views'")),
-    "engine attention: auto copies rows whose blocks are one run (as the gather does)": (
-        "minispec/engine/attention.py", "runs = bool(g.spans) and None not in g.spans", "runs = False",
+    "engine attention: auto copies a lone row whose blocks are one run (as the gather does)": (
+        "minispec/engine/attention.py", "one = len(g.spans) == 1 and g.spans[0] is not None", "one = False",
         ["tests/engine/test_engine_step.py", "-k", "auto_reads"], engine(SMALL)),
     "sampling: a greedy batch under the exact rule still draws the accept test's uniforms": (
         "minispec/decoding/sampling.py", "if exact and self.params.greedy:", "if False:",

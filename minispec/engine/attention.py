@@ -187,10 +187,10 @@ class PagedStep:
         return self.attention == "sparse" or (R > 1 and reads_sparse(self.attention, self.pool, T))
 
     def _auto(self, layer, q, g, window, i):
-        """The default: a group whose rows' blocks are each one run is read in place (``views``: one SDPA call a row,
-        no copy); any other group is copied (``gather``: one call for all its rows)."""
-        runs = bool(g.spans) and None not in g.spans
-        return (self._views if runs else self._gather)(layer, q, g, window, i)
+        """The default: a group of one row whose blocks are one run is read in place (``views``: the same one SDPA
+        call, no copy); any other group is copied (``gather``: one call for all its rows)."""
+        one = len(g.spans) == 1 and g.spans[0] is not None
+        return (self._views if one else self._gather)(layer, q, g, window, i)
 
     def _gather(self, layer, q, g, window, i):
         """The reference: copy each row's blocks into a dense tensor, then SDPA."""

@@ -16,13 +16,11 @@ writes past a row's blocks (the padding of a ragged batch) land there and are ne
 anyone's keys. No prefix caching: blocks are never shared.
 
 **Where a block comes from.** Which free block a sequence gets changes nothing the scheduler sees (it counts free
-blocks), but it decides whether a row's slots are one run of the pool. A new row *claims* room for its whole
-length (prompt + max_new_tokens - 1, and a step's lookahead): it starts at the smallest run of free blocks that no
-live row has claimed and that holds it, and grows into its next block while that is free and not another row's
-claim. A claim reserves nothing the scheduler counts: a row that finds no such run, or whose next block is taken,
-goes to the middle of the longest unclaimed free run (of any free run when none is unclaimed), so that rows placed
-one after another leave each other room to grow. A row whose blocks are one run can be attended as a view of the
-pool, with no copy (:mod:`minispec.engine.attention`).
+blocks), but it decides whether a row's slots are one run of the pool. A growing row takes the block right after
+its last one when that is free; a new row (or one whose next block is taken) starts in the middle of the longest
+run of free blocks, so that rows admitted one after another leave each other room to grow. A row whose blocks are
+one run can be attended as a view of the pool, with no copy (:mod:`minispec.engine.attention`: ``"views"``, and
+``"auto"`` for a row attended alone).
 """
 
 from __future__ import annotations
@@ -33,12 +31,10 @@ from minispec.engine.request import Sequence
 
 
 class BlockManager:
-    def __init__(self, num_blocks: int, block_size: int, lookahead: int = 0):
-        """``lookahead``: the most slots a step's draft tokens take past a row's tokens (a claim covers them)."""
-        self.num_blocks, self.block_size, self.lookahead = num_blocks, block_size, lookahead
+    def __init__(self, num_blocks: int, block_size: int):
+        self.num_blocks, self.block_size = num_blocks, block_size
         self.is_free = bytearray(b"\x01") * num_blocks  # 1: block b is free
         self.num_free = num_blocks
-        self.claims: dict[int, int] = {}  # a row's first block -> the end of the run it claimed (exclusive)
 
     @property
     def free(self) -> list[int]:
@@ -58,30 +54,11 @@ class BlockManager:
         table = seq.block_table
         for _ in range(self.blocks_for(slots) - len(table)):
             b = table[-1] + 1 if table else self.num_blocks
-            if b == self.num_blocks or not self._open(table[0])[b]:  # the row's next block is taken (or it has none)
-                b = self._place(seq)
+            if b == self.num_blocks or not self.is_free[b]:  # the row's next block is taken (or it has none)
+                run = max(re.finditer(b"\x01+", self.is_free), key=lambda m: m.end() - m.start())  # the longest
+                b = (run.start() + run.end()) // 2 if table or run.start() else 0  # a new row at the pool's start: 0
             self.is_free[b], self.num_free = 0, self.num_free - 1
             table.append(b)
-
-    def _open(self, own: int | None = None) -> bytearray:
-        """1 where a block is free and no live row but the one starting at block ``own`` has claimed it."""
-        open_ = bytearray(self.is_free)
-        for a, end in self.claims.items():
-            if a != own:
-                open_[a:end] = bytes(end - a)
-        return open_
-
-    def _place(self, seq: Sequence) -> int:
-        """The block a row starts at (its table empty) or goes on at (its next block taken or claimed)."""
-        unclaimed = _runs(self._open())  # (length, start) of each run of free, unclaimed blocks
-        need = self.blocks_for(seq.prompt_len + seq.max_new_tokens - 1 + self.lookahead)  # its most slots
-        fits = [r for r in unclaimed if r[0] >= need]
-        if not seq.block_table and fits:  # a new row: the smallest unclaimed run that holds all of it
-            b = min(fits)[1]
-            self.claims[b] = b + need
-            return b
-        n, a = max(unclaimed or _runs(self.is_free), key=lambda r: r[0])  # the longest (the first of equals)
-        return a + n // 2 if seq.block_table or a else 0  # a new row at the pool's start: 0
 
     def shrink(self, seq: Sequence, slots: int) -> None:
         """Free the blocks of ``seq`` past the first ``slots`` slots (a step's rejected lookahead slots)."""
@@ -91,12 +68,5 @@ class BlockManager:
             self.num_free += 1
 
     def release(self, seq: Sequence) -> None:
-        """Free every block of ``seq`` (it finished, or was preempted), and its claim."""
-        if seq.block_table:
-            self.claims.pop(seq.block_table[0], None)
+        """Free every block of ``seq`` (it finished, or was preempted)."""
         self.shrink(seq, 0)
-
-
-def _runs(free: bytearray) -> list[tuple[int, int]]:
-    """(length, first block) of each run of 1s."""
-    return [(m.end() - m.start(), m.start()) for m in re.finditer(b"\x01+", free)]

@@ -184,7 +184,7 @@ class Engine:
         length = target.config.max_position_embeddings + self.width + 2  # a row's tokens, and a step's new ones
         self.runner = ModelRunner(target, self.draft, self.num_blocks, block_size, max_num_seqs, length, rule,
                                   attention)
-        self.stats, self.blocks = EngineStats(), BlockManager(self.num_blocks, block_size, self.width)
+        self.stats, self.blocks = EngineStats(), BlockManager(self.num_blocks, block_size)
 
     def _default_blocks(self) -> int:
         """Blocks for max_num_seqs sequences of the model's longest length, within KV_BUDGET_BYTES, at least one."""
@@ -273,8 +273,7 @@ class Engine:
         return outputs
 
     def _serve(self, seqs: list[Sequence], realtime: bool) -> list[Sequence]:
-        # the run's blocks: all free at its end
-        self.blocks = blocks = BlockManager(self.num_blocks, self.block_size, self.width)
+        self.blocks = blocks = BlockManager(self.num_blocks, self.block_size)  # the run's: all free at the end
         policy = copy.deepcopy(self.policy)  # every run starts from the same policy state
         if policy is not None:
             policy.start()

@@ -36,72 +36,30 @@ def test_blocks_grow_on_demand_and_rejected_lookahead_blocks_come_back():
     assert seq.block_table == [] and blocks.free == list(range(6)) and blocks.num_free == 6
 
 
-def test_a_new_row_claims_the_smallest_free_run_that_holds_its_whole_length_and_grows_inside_it():
+def test_rows_grow_into_their_next_block_and_new_rows_start_in_the_middle_of_the_longest_free_run():
     """Where blocks come from (the count is all the scheduler sees; the place decides whether a row is one run of the
-    pool, which attention reads in place): a new row claims prompt + max_new_tokens slots at the start of the smallest
-    free run no live row has claimed that holds them, and takes the block after its last while it is free and not
-    another row's claim; else the middle of the longest unclaimed free run, or of any free run when none is left."""
+    pool, which ``views`` attention reads in place): a row takes the block after its last when it is free, else the
+    middle of the longest free run; a new row too, unless that run starts the pool."""
     blocks = BlockManager(num_blocks=32, block_size=4)
-    a, b, c = Sequence(8, 8), Sequence(4, 20), Sequence(4, 40)  # 4, 6 and 11 blocks in all
+    a, b, c = Sequence(0, 10), Sequence(1, 10), Sequence(2, 10)
     blocks.grow(a, 8)
-    blocks.grow(b, 4)
-    blocks.grow(c, 4)
-    assert (a.block_table, b.block_table, c.block_table) == ([0, 1], [4], [10])
-    assert blocks.claims == {0: 4, 4: 10, 10: 21}
+    blocks.grow(b, 8)
+    assert a.block_table == [0, 1] and b.block_table == [17, 18]  # a: the run [0, 32) starts the pool; b: [2, 32)
     blocks.grow(a, 16)
-    assert a.block_table == [0, 1, 2, 3]  # its whole claim
-    blocks.release(b)
-    assert blocks.claims == {0: 4, 10: 21} and blocks.num_free == 32 - 5
-    d = Sequence(4, 12)  # 4 blocks: [4, 10) (6) is the smallest unclaimed run that holds them, not [21, 32) (11)
-    blocks.grow(d, 4)
-    assert d.block_table == [4]
-    blocks.grow(a, 20)  # block 4 is d's: the middle of the longest unclaimed run, [21, 32)
-    assert a.block_table[-1] == 26
-    for s in (a, c, d):
-        blocks.release(s)
-    assert blocks.free == list(range(32)) and blocks.claims == {}
-
-
-def test_a_row_with_no_room_left_unclaimed_goes_to_the_middle_of_a_free_run_and_keeps_out_of_claims():
-    blocks = BlockManager(num_blocks=12, block_size=4)
-    a, b, c = Sequence(0, 40), Sequence(0, 8), Sequence(0, 40)  # 10, 2 and 10 blocks
+    blocks.grow(b, 16)
+    assert a.block_table == [0, 1, 2, 3] and b.block_table == [17, 18, 19, 20]  # each into its next block
+    blocks.grow(c, 12)
+    assert c.block_table == [10, 11, 12]  # the middle of [4, 17), 13 blocks against [21, 32)'s 11
+    blocks.release(a)
     blocks.grow(a, 4)
-    blocks.grow(b, 4)
-    assert (a.block_table, b.block_table, blocks.claims) == ([0], [10], {0: 10, 10: 12})
-    blocks.grow(c, 4)  # nothing unclaimed is free: the middle of the longest free run, [1, 10); no claim
-    assert c.block_table == [5] and blocks.claims == {0: 10, 10: 12}
-    blocks.grow(c, 8)  # block 6 is free but a's claim: the middle of the first longest free run, [1, 5)
-    assert c.block_table == [5, 3]
-    blocks.grow(a, 8)  # a's own claim
-    assert a.block_table == [0, 1]
-
-
-def test_rows_of_a_static_batch_stay_one_run_while_their_lengths_fit_the_pool():
-    """32 rows of the vs-vllm SmolLM2 workload's lengths (prompts of 64-512 tokens, 32-128 new) in 1,024 blocks of
-    16, each step growing every row by 1 + 4 lookahead slots and keeping 1-5 of them (the tail of the batch
-    finishing as it goes): every row's blocks are one run of the pool at every step. Placed without claims (the
-    middle of the longest free run), rows collide and a share of row-steps are not one run."""
-    gen = torch.Generator().manual_seed(0)
-    seqs = [Sequence(int(p), int(o)) for p, o in zip(torch.randint(64, 513, (32,), generator=gen),
-                                                     torch.randint(32, 129, (32,), generator=gen))]
-    blocks = BlockManager(num_blocks=1024, block_size=16, lookahead=4)
-    assert sum(blocks.blocks_for(s.prompt_len + s.max_new_tokens + 3) for s in seqs) <= 1024
-    length = {id(s): s.prompt_len for s in seqs}
-    for s in seqs:
-        blocks.grow(s, s.prompt_len)
-    steps = 0
-    while seqs:
-        for s in seqs:
-            blocks.grow(s, length[id(s)] + 5)  # the last token and 4 draft tokens
-            t = s.block_table
-            assert t == list(range(t[0], t[0] + len(t))), (steps, t)
-            length[id(s)] += int(torch.randint(1, 6, (), generator=gen))
-            blocks.shrink(s, length[id(s)] - 1)
-        for s in [s for s in seqs if length[id(s)] >= s.prompt_len + s.max_new_tokens]:
-            blocks.release(s)
-            seqs.remove(s)
-        steps += 1
-    assert steps > 20 and blocks.num_free == 1024
+    assert a.block_table == [26]  # [21, 32) is now the longest (11 against [0, 10)'s 10)
+    blocks.grow(c, 28)
+    assert c.block_table == [10, 11, 12, 13, 14, 15, 16]
+    blocks.grow(c, 32)  # 17 is b's: the middle of the longest free run, [0, 10), although it starts the pool
+    assert c.block_table[-1] == 5 and blocks.num_free == 32 - 13
+    for s in (a, b, c):
+        blocks.release(s)
+    assert blocks.free == list(range(32))
 
 
 # --- attention through block tables -----------------------------------------------------------------
