@@ -233,8 +233,10 @@ class PagedStep:
             at, blocks, m = self._blocks["copied", i, window]
             k, v = (self._rows(pool, blocks)[:, :, : m.shape[-1]] for pool in (pk, pv))  # (C, K, S, D) each
             y[at] = F.scaled_dot_product_attention(q[at], k, v, attn_mask=m)  # (C, K, G T, D)
-        for r in sorted(set(range(R)) - set(copied)):  # one run each: read in place
-            a, n = g.spans[r]  # its first physical slot, its slots
+        for r, sp in enumerate(g.spans):
+            if sp is None:  # copied above
+                continue
+            a, n = sp  # one run: its first physical slot, its slots, read in place
             m = None if T == 1 and window is None else mask[r: r + 1, ..., :n]  # (1, 1, G T, n); a lone query: none
             k, v = pk[:, a: a + n], pv[:, a: a + n]  # (K, n, D) views: a decode row's query sees all its n slots
             y[r] = F.scaled_dot_product_attention(q[r: r + 1], k[None], v[None], attn_mask=m)[0]  # (K, G T, D)
