@@ -13,6 +13,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # pytest -n 2: one thread per worker,
     torch.set_num_threads(1)
 
 
+def pytest_configure(config):
+    """With workers (-n auto), xdist's default "load" hands each worker a run of consecutive tests first: the slow ones
+    sorted first below all went to one worker, which ran 1,072 s while the other finished in 662 s and waited (CI,
+    2 cores, 2026-12-06). "worksteal" splits the tests the same way but lets an idle worker take half of another's
+    queue, so the two end together."""
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "worksteal"
+
+
 def pytest_collection_modifyitems(config, items):
     """The tests marked slow first, in their order, then the rest: with a worker per core (-n auto) a long test
     collected last (the lesson solutions are in tests/tools) ran alone for minutes after the other worker was done."""
