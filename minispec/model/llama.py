@@ -120,10 +120,10 @@ class Block(nn.Module):
     def forward(self, x, cos, sin, masks, cache: KVCache | None):
         B, T, C = x.shape
         h = F.rms_norm(x, (C,), self.attn_norm, self.eps)  # (B, T, C)
-        q, k, v = self.wqkv(h).split([self.H * self.D, self.K * self.D, self.K * self.D], -1)
-        q = rotate(q.view(B, T, self.H, self.D).transpose(1, 2), cos, sin)  # (B, H, T, D)
-        k = rotate(k.view(B, T, self.K, self.D).transpose(1, 2), cos, sin)  # (B, K, T, D)
-        v = v.view(B, T, self.K, self.D).transpose(1, 2)  # (B, K, T, D)
+        HK = self.H + self.K
+        qkv = self.wqkv(h).view(B, T, HK + self.K, self.D).transpose(1, 2)  # (B, H + 2K, T, D): q, k, v heads
+        q, k = rotate(qkv[:, :HK], cos, sin).split([self.H, self.K], 1)  # (B, H, T, D), (B, K, T, D): one rotation
+        v = qkv[:, HK:]  # (B, K, T, D)
         if getattr(cache, "attends", False):  # the engine's paged step writes k, v and attends through its tables
             y = cache.attend(self.layer, q, k, v, self.window)  # (B, H, T, D)
         else:
