@@ -167,8 +167,12 @@ MUTANTS = {
         "minispec/engine/runner.py", "slice(a, a + n) if start == 0 else None", "None", [WORK, "-k", "first_chunk"],
         engine(SMALL)),
     "engine runner: decoding rows attended as one group, padded to the longest": (
-        "minispec/engine/runner.py", "for rows, width in by_length(S, group_cost(pool)):",
-        "for rows, width in [(list(range(len(S))), max(S))]:", [WORK, "-k", "first_chunk"], engine(SMALL)),
+        "minispec/engine/runner.py", "parts = by_length([S[r] for r in rows], group_cost(pool))",
+        "parts = [(list(range(len(rows))), max(S[r] for r in rows))]", [WORK, "-k", "first_chunk"], engine(SMALL)),
+    "engine runner: rows that feed no draft token padded to the drafts' 1 + T queries": (
+        "minispec/engine/runner.py", "for rows, width in ((roots, 1), (feeding, 1 + T)):",
+        "for rows, width in (([], 1), (list(range(len(self.rows))), 1 + T)):", [WORK, "-k", "feed_no_draft"],
+        engine("minispec.PromptLookupDraft()")),
     "engine blocks: a new row placed at the start of the longest free run (its neighbour's growth room taken)": (
         "minispec/engine/blocks.py", "b = (run.start() + run.end()) // 2 if table or run.start() else 0",
         "b = run.start()", ["tests/engine/test_engine_parts.py", "-k", "grow_into"], engine(SMALL)),
@@ -226,8 +230,8 @@ MUTANTS = {
         "policy.observe(end.accepted, end.accepted)",
         ["tests/speculative/test_loop_counters.py", "-k", "levels_it_reached"], speculative(SMALL)),
     "engine runner: each group's masks as wide as the step's longest row (not its own longest)": (
-        "minispec/engine/runner.py", "{w: m[i, ..., :width] for w, m in masks.items()}",
-        "{w: m[i] for w, m in masks.items()}", [WORK, "-k", "first_chunk"], engine(SMALL)),
+        "minispec/engine/runner.py", "{w: m[i, :, :width, :longest] for w, m in masks.items()}",
+        "{w: m[i, :, :width] for w, m in masks.items()}", [WORK, "-k", "first_chunk"], engine(SMALL)),
     "engine scheduler: max_num_seqs ignored when admitting": (
         "minispec/engine/scheduler.py", "and len(self.running) < self.max_num_seqs):", "and True):",
         ["tests/engine/test_engine_parts.py", "-k", "more_rows_than_max_num_seqs"], engine(SMALL)),
@@ -236,7 +240,7 @@ MUTANTS = {
         "s.lag = run.lag + 1 if speculative else s.lag + 1", [WORK, "-k", "re_reads_no_more"],
         engine(EAGLE.format(""))),
     "engine runner: a plain step's rows split by length even where read sparse (more calls, no padding saved)": (
-        "minispec/engine/runner.py", "if reads_sparse(self.runner.attention, pool, T + 1):", "if False:",
+        "minispec/engine/runner.py", "if reads_sparse(self.runner.attention, pool, width):", "if False:",
         [WORK, "-k", "one_sparse_group"], engine("None")),
     "engine runner: a static tree drafts a lone greedy row with the sampled rows (its children from a one-hot q)": (
         "minispec/engine/runner.py", "and 0 < sum(greedy) < len(rows)):", "and 1 < sum(greedy) < len(rows)):",

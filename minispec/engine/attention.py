@@ -13,7 +13,8 @@ How the keys and values are read is the ``attention`` backend (:data:`ATTENTION`
   auto    the default. A group of one row whose blocks are one run of the pool is read in place, as ``views``
           reads it (the same one SDPA call, and no copy); a batch of one is always such a group, and so is a long
           prompt's later chunk (results/cpu/engine_auto.txt). On a CPU with a float32 pool a plain step's decoding
-          rows are one group, read ``sparse`` (nothing padded, nothing copied; :func:`reads_sparse`); any other
+          rows are one group, read ``sparse`` (nothing padded, nothing copied; :func:`reads_sparse`), and so are a
+          speculative step's rows that feed no draft token (prompt lookup without a match: one query each); any other
           group, and a lone row that is not one run, is read as ``gather`` reads it
   gather  copy each row's blocks into a dense (R, K, S, D) tensor and call SDPA: the reference. The copy costs
           more than the attention that reads it: 20 of a 115 ms step of SmolLM2-135M's batch of 32 on 2 threads,

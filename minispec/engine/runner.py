@@ -201,7 +201,8 @@ class _Decoding:
         self.base = base
         offsets = base + counts.cumsum(0) - counts  # (B,) each row's first token in the pass
         self.query = offsets[:, None] + torch.minimum(j, fed[:, None])  # (B, 1 + T) padding repeats a real one
-        self.n = int(counts.sum())  # host sync: the pass's length (a shape)
+        self.fed = fed.tolist()  # host sync: the pass's shape (its length, and which rows feed draft tokens)
+        self.n = len(self.fed) + sum(self.fed)
 
     def _fed(self) -> torch.Tensor:
         """Draft tokens each row feeds (B,): up to its last proposed one (past it q is zero: nothing to verify)."""
@@ -210,23 +211,34 @@ class _Decoding:
         return (proposed(q) * j).amax(1) if x.shape[1] else torch.zeros(len(x), dtype=torch.long, device=x.device)
 
     def groups(self, block_size: int, windows) -> list:
-        """The rows' attention groups: rows of similar length together (:func:`by_length`), so that a short row's
-        keys and values are not padded to the longest row's."""
+        """The rows' attention groups. A row that feeds no draft token (prompt lookup without a match) has one query,
+        not 1 + T: such rows are grouped apart from those that feed draft tokens, so their queries are not padded to
+        1 + T (and on a CPU they are read as a plain step's rows are, :func:`reads_sparse`). Within each, rows of
+        similar length go together (:func:`by_length`), so that a short row's keys and values are not padded to the
+        longest row's."""
         T = self.tokens.shape[1] - 1
-        S = [s.num_tokens + min(k, T) for s, k in zip(self.rows, self.k)]  # each row's slots to read: its tokens
-        #   and the draft tokens it may feed, all inside its blocks (a row cut to k < T feeds k at most)
+        S = [s.num_tokens + f for s, f in zip(self.rows, self.fed)]  # each row's slots to read: its tokens and the
+        #   draft tokens it feeds, all inside its blocks
         _, masks = attention_masks(self.new, max(S), self.mask, windows)  # {window: (B, 1, 1 + T, S)}
         spans = [span(s.block_table, n, block_size) for s, n in zip(self.rows, S)]
-        pool = self.runner.pool
-        if reads_sparse(self.runner.attention, pool, T + 1):  # no padding read: the rows one group, the pass's tokens
-            return [group(self.query, self.valid, self.tables, masks, block_size, spans=tuple(spans),
-                          tokens=slice(self.base, self.base + self.n))]
-        out = []
-        for rows, width in by_length(S, group_cost(pool)):
-            i = torch.tensor(rows, device=self.new.device)  # (R,)
-            out.append(group(self.query[i], self.valid[i], self.tables[i],
-                             {w: m[i, ..., :width] for w, m in masks.items()}, block_size,
-                             spans=tuple(spans[r] for r in rows)))
+        pool, out = self.runner.pool, []
+        roots = [r for r, f in enumerate(self.fed) if f == 0]  # rows whose one query is their root
+        feeding = [r for r, f in enumerate(self.fed) if f > 0]
+        for rows, width in ((roots, 1), (feeding, 1 + T)):
+            if not rows:
+                continue
+            if reads_sparse(self.runner.attention, pool, width):  # no padding read: the rows one group
+                parts = [(rows, max(S[r] for r in rows))]
+            else:
+                parts = by_length([S[r] for r in rows], group_cost(pool))
+                parts = [([rows[j] for j in part], longest) for part, longest in parts]
+            for part, longest in parts:
+                i = torch.tensor(part, device=self.new.device)  # (R,)
+                out.append(group(self.query[i, :width], self.valid[i, :width], self.tables[i],
+                                 {w: m[i, :, :width, :longest] for w, m in masks.items()}, block_size,
+                                 spans=tuple(spans[r] for r in part),
+                                 tokens=slice(self.base, self.base + self.n) if part == list(range(len(self.rows)))
+                                 else None))  # every row, in order: the real queries are the pass's tokens
         return out
 
     def finish(self, logits: torch.Tensor, h: torch.Tensor | None, rule) -> None:
@@ -245,7 +257,11 @@ class _Decoding:
                 self.run.skipped(feats)
             self.accepted = self.offered = torch.zeros_like(st.total)  # (B,)
         else:
-            p = probabilities(logits[self.query], sampler.params)  # (B, 1 + T, V)
+            if sampler.params.greedy:  # every row greedy: p is each query's one-hot, from the pass's own argmax (M,)
+                top = argmax(logits)[self.query]  # (B, 1 + T) without copying the logits of the padding queries
+                p = torch.zeros(*top.shape, logits.shape[-1], device=top.device).scatter_(-1, top[..., None], 1.0)
+            else:
+                p = probabilities(logits[self.query], sampler.params)  # (B, 1 + T, V)
             view = runner.pool.view(self.tables, self.root)
             path, _ = accept(self.proposal, p, feats, self.run, st, sampler, rule, lambda path: view.compact(
                 self.root, path))

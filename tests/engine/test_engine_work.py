@@ -1,6 +1,7 @@
 """The engine counts what speculative_generate counts and does no more work than its steps need. Each wrong version
 here keeps every token exact, so only counts catch it: a chain drafting past what a step can emit, the tested-token
-counter run to the end of the draft, draft slots fed that nothing proposed, short rows padded to the longest, a
+counter run to the end of the draft, draft slots fed that nothing proposed, short rows padded to the longest, rows
+without draft tokens padded to the drafts' queries, a
 prompt's first chunk read back from the pool (scripts/hand_mutants.py applies each); and, from mutation testing, a
 cut draft's tail fed, a step's drafts not summed, the target's own EOS counted as an accepted draft token; and a
 draft model's prompt read with its LM head at every token, a step's mask built again in every layer, glibc left to
@@ -114,6 +115,31 @@ def test_a_plain_steps_rows_are_one_sparse_group_read_as_the_passs_tokens(code_p
         assert g.tokens == slice(0, len(g.query)) and g.query.shape[1] == 1  # the pass's first tokens, in order
     assert len(reads) == target.config.num_hidden_layers * len(decoding)  # each layer, each step: the sparse read
     assert all(reads)  # of the pass's queries in place (a view of the layer's q), not gathered
+
+
+def test_rows_that_feed_no_draft_token_are_attended_with_one_query_not_padded_to_the_drafts(code_pair, passes):
+    """Prompt lookup proposes nothing for a row without a match. That row's one query (its root) is attended apart
+    from the rows that feed draft tokens, not padded to their 1 + T queries: in every group of several queries a row,
+    each row has draft tokens of its own, and the rows without are one group of one query a row, read as a plain
+    step's rows are. Steps of both kinds of rows happen, and the tokens are the target's."""
+    target, _, _ = code_pair
+    text = sample_text("code")
+    prompts = [list(text[i: i + n]) for i, n in ((100, 60), (2000, 300), (5000, 40), (7000, 200), (9000, 120))]
+    outs = Engine(target, minispec.PromptLookupDraft(), gamma=4).run([Request(p, 24) for p in prompts])
+    assert [o.tokens for o in outs] == minispec.generate(target, prompts, 24).tokens
+    mixed = 0
+    for _, groups in passes:
+        widths = []
+        for g in groups:
+            if g.fresh is not None:
+                continue
+            R, W = g.query.shape
+            real = (g.keep // W).bincount(minlength=R)  # (R,) real queries of each row
+            assert W == 1 or bool((real >= 2).all()), "a row without draft tokens padded to the drafts' queries"
+            widths.append(W)
+        assert widths.count(1) <= 1  # the rows without draft tokens: one group (sparse: no padding to split)
+        mixed += 1 in widths and max(widths, default=1) > 1
+    assert mixed >= 3
 
 
 def test_a_greedy_plain_step_takes_the_argmax_without_building_a_distribution(code_pair, monkeypatch):
