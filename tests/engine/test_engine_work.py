@@ -1,11 +1,11 @@
 """The engine counts what speculative_generate counts and does no more work than its steps need. Each wrong version
 here keeps every token exact, so only counts catch it: a chain drafting past what a step can emit, the tested-token
 counter run to the end of the draft, draft slots fed that nothing proposed, short rows padded to the longest, rows
-without draft tokens padded to the drafts' queries, a
-prompt's first chunk read back from the pool (scripts/hand_mutants.py applies each); and, from mutation testing, a
-cut draft's tail fed, a step's drafts not summed, the target's own EOS counted as an accepted draft token; and a
-draft model's prompt read with its LM head at every token, a step's mask built again in every layer, glibc left to
-unmap what each step frees, a draft's lag one too large (a true token re-read every step)."""
+without draft tokens padded to the drafts' queries, a prompt's first chunk read back from the pool
+(scripts/hand_mutants.py applies each); and, from mutation testing, a cut draft's tail fed, a step's drafts not
+summed, the target's own EOS counted as an accepted draft token; and a draft model's prompt read with its LM head at
+every token, a step's mask built again in every layer, glibc left to unmap what each step frees, a draft's lag one
+too large (a true token re-read every step)."""
 
 import os
 import subprocess
