@@ -57,12 +57,16 @@ def main() -> None:
     print(f"# one step's target pass, this runner's groups (commit {commit}) against {args.other}'s; SmolLM2-135M, "
           f"static batch 32, prompt lookup; {platform.machine()}, {args.threads} threads, torch {torch.__version__}, "
           f"load average before {os.getloadavg()[0]:.1f}", flush=True)
-    decs, seen, best = [], [0], {"this": [], "other": []}
-    flatten = runner.ModelRunner._flatten
+    decs, seen, best, plans = [], [0], {"this": [], "other": []}, []
+    flatten, execute = runner.ModelRunner._flatten, engine.runner.execute
 
     def record(self, d, pre):  # the step's decoding rows, kept for the groups
         decs[:] = d
         return flatten(self, d, pre)
+
+    def planned(plan):  # the step's plan: an older runner's groups read each row's draft slots k from its rows
+        plans[:] = [plan]
+        return execute(plan)
 
     def timed(tokens, step, **kw):
         one = len(decs) == 1 and decs[0].proposal is not None and len(decs[0].rows) >= 28
@@ -70,6 +74,7 @@ def main() -> None:
             seen[0] += 1
             if seen[0] % args.every == 0:
                 d, bs = decs[0], step.pool.block_size
+                d.k = plans[0].k  # one group of decoding rows: the plan's rows, in its order
                 groups = {"this": step.groups, "other": other._Decoding.groups(d, bs, model.windows)}
                 t = {k: [] for k in groups}
                 for _ in range(args.rounds):
@@ -86,7 +91,7 @@ def main() -> None:
                       f"{1e3 * b:.0f} ({a / b:.2f}x)", flush=True)
         return forward(tokens, step, **kw)
 
-    runner.ModelRunner._flatten, model.forward = record, timed
+    runner.ModelRunner._flatten, model.forward, engine.runner.execute = record, timed, planned
     with torch.inference_mode():
         served_by_minispec(engine, batch, False)
     if best["this"]:

@@ -148,7 +148,12 @@ def probabilities(logits: torch.Tensor, params: SamplingParams | RowParams) -> t
 
 def _one_hot(logits: torch.Tensor) -> torch.Tensor:
     """The temperature-0 distribution (..., V), float32: 1 at each row's argmax."""
-    return torch.zeros_like(logits, dtype=torch.float32).scatter_(-1, argmax(logits)[..., None], 1.0)
+    return one_hot(argmax(logits), logits.shape[-1])
+
+
+def one_hot(top: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """The temperature-0 distribution (..., V), float32, of argmax indices ``top`` (...) already taken."""
+    return torch.zeros(*top.shape, vocab_size, device=top.device).scatter_(-1, top[..., None], 1.0)
 
 
 def _row_probabilities(logits: torch.Tensor, params: RowParams) -> torch.Tensor:

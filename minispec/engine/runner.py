@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from minispec.decoding.plain import DecodeState
-from minispec.decoding.sampling import PointMass, RowParams, Sampler, argmax, probabilities, proposed
+from minispec.decoding.sampling import PointMass, RowParams, Sampler, argmax, one_hot, probabilities, proposed
 from minispec.decoding.timing import PhaseTimer
 from minispec.decoding.tree import tree_mask
 from minispec.drafts.base import Draft, Proposal
@@ -154,7 +154,7 @@ class _Decoding:
     pass (from ``base``)."""
 
     def __init__(self, runner: ModelRunner, rows: list[Sequence], k: list[int], gamma: int, base: int):
-        self.runner, self.rows, self.k, self.gamma, dev = runner, rows, k, gamma, runner.target.device
+        self.runner, self.rows, self.gamma, dev = runner, rows, gamma, runner.target.device
         self.index = runner.rows.sync(rows)  # (B,) their device rows
         self.width = runner.rows.table_width(rows)
         self.tables = runner.rows.tables[self.index, : self.width]  # (B, nb)
@@ -258,8 +258,7 @@ class _Decoding:
             self.accepted = self.offered = torch.zeros_like(st.total)  # (B,)
         else:
             if sampler.params.greedy:  # every row greedy: p is each query's one-hot, from the pass's own argmax (M,)
-                top = argmax(logits)[self.query]  # (B, 1 + T) without copying the logits of the padding queries
-                p = torch.zeros(*top.shape, logits.shape[-1], device=top.device).scatter_(-1, top[..., None], 1.0)
+                p = one_hot(argmax(logits)[self.query], logits.shape[-1])  # (B, 1 + T, V) no padding's logits copied
             else:
                 p = probabilities(logits[self.query], sampler.params)  # (B, 1 + T, V)
             view = runner.pool.view(self.tables, self.root)
