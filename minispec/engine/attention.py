@@ -261,13 +261,13 @@ class PagedStep:
         pk, pv = self.pool.k[layer], self.pool.v[layer]  # (K, P, D) each
         K, P, D = pk.shape
         H, M, _ = q.shape
-        crow, col, seg, zeros = self._pattern(g, window, i, H // K)  # (Q + 1,), (n,), (n,), CSR of zeros: Q = H M
+        crow, seg, w = self._pattern(g, window, i, H // K)  # (Q + 1,), (n,), CSR (Q, K P) over the pattern: Q = H M
         qs = q.reshape(K, H // K, M, D).transpose(1, 2).reshape(-1, D)  # (Q, D) by KV head, query, head
-        s = torch.sparse.sampled_addmm(zeros, qs, pk.view(K * P, D).t(), beta=0.0, alpha=D ** -0.5).values()  # (n,)
+        torch.sparse.sampled_addmm(w, qs, pk.view(K * P, D).t(), beta=0.0, alpha=D ** -0.5, out=w)  # w's values: scores
+        s = w.values()  # (n,) the scores, in the layer's scratch (the pattern's values, overwritten each layer)
         top = s.new_full((len(qs),), -math.inf).scatter_reduce_(0, seg, s, "amax")  # (Q,) each query's largest score
-        e = (s - top[seg]).exp_()  # (n,) the softmax's numerators
-        total = torch.segment_reduce(e, "sum", offsets=crow)  # (Q,) its denominators
-        w = torch.sparse_csr_tensor(crow, col, e, zeros.shape, check_invariants=False)  # (Q, K P)
+        s.sub_(top.index_select(0, seg)).exp_()  # (n,) the softmax's numerators, in place
+        total = torch.segment_reduce(s, "sum", offsets=crow)  # (Q,) its denominators
         y = (w @ pv.view(K * P, D)) / total[:, None]  # (Q, D)
         return y.view(K, M, H // K, D).transpose(0, 1).reshape(M, H, D)  # (M, H, D)
 
@@ -287,12 +287,12 @@ class PagedStep:
             col = (heads * P + slot).flatten()  # (n,) n = K n1
             seg = (heads * len(seen) + row).flatten()  # (n,) each entry's row of the CSR
             counts = seen.sum(1).repeat(K)  # (Q,)
-            crow = torch.cat([counts.new_zeros(1), counts.cumsum(0)])  # (Q + 1,)
+            crow = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).int()  # (Q + 1,) int32: as MKL's SpMM reads them
             with warnings.catch_warnings():  # torch calls CSR tensors beta, once a process: they are what runs here
                 warnings.simplefilter("ignore")
-                zeros = torch.sparse_csr_tensor(crow, col, self.pool.k.new_zeros(len(col)), (len(counts), K * P),
-                                                check_invariants=False)
-            self._blocks["csr", i, window] = crow, col, seg, zeros
+                w = torch.sparse_csr_tensor(crow, col.int(), self.pool.k.new_zeros(len(col)), (len(counts), K * P),
+                                            check_invariants=False)
+            self._blocks["csr", i, window] = crow, seg, w
         return self._blocks["csr", i, window]
 
     def end(self, T: int) -> None:

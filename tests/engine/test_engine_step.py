@@ -418,8 +418,8 @@ def test_auto_reads_a_plain_steps_rows_sparse_on_a_cpu_float32_pool_only():
 @pytest.mark.parametrize("T, window, K", [(1, None, 3), (2, None, 1), (3, None, 2), (3, 5, 2)])
 def test_sparse_reads_each_real_querys_own_slots_in_place_and_gives_the_gathers_output(T, window, K, monkeypatch):
     """Three rows of 11, 7 and 2 slots before the step's queries, blocks scattered over the pool, row 1 feeding one
-    query fewer than the others (its last is padding): ``sparse`` copies nothing out of the pool (no index_select),
-    its pattern holds, for every real query and each of its query heads, exactly the physical slots the query sees
+    query fewer than the others (its last is padding): ``sparse`` copies nothing out of the pool (no index_select of
+    it), its pattern holds, for every real query and each of its query heads, exactly the physical slots the query sees
     (its row's, causal, inside the window) and no other, and attend gives the gather's output; decode and chains of
     2 and 3, 6 query heads over 1, 2 or 3 KV heads."""
     from minispec.model.llama import attention_masks
@@ -445,10 +445,10 @@ def test_sparse_reads_each_real_querys_own_slots_in_place_and_gives_the_gathers_
         p = PagedPool(1, num_blocks=12, block_size=bs, kv_heads=K, head_dim=D)
         p.k.copy_(pool.k), p.v.copy_(pool.v)
         step = PagedStep(p, new[valid][None], physical[valid], [g], a)
-        copies = []
+        copies, pooled = [], {t.untyped_storage().data_ptr() for t in (p.k, p.v)}  # reads out of the pool's storage
         with pytest.MonkeyPatch.context() as mp:
-            mp.setattr(torch.Tensor, "index_select", lambda self, *a, _f=torch.Tensor.index_select, _c=copies: (
-                _c.append(self.shape), _f(self, *a))[1])
+            mp.setattr(torch.Tensor, "index_select", lambda self, *a, _f=torch.Tensor.index_select, _c=copies,
+                       _p=pooled: (self.untyped_storage().data_ptr() in _p and _c.append(self.shape), _f(self, *a))[1])
             out[a] = step.attend(0, q, k, v, window)[0]  # (H, N, D)
         assert (len(copies) == 0) == (a == "sparse"), (a, copies)
     torch.testing.assert_close(out["sparse"], out["gather"], rtol=1e-5, atol=1e-6)
@@ -460,7 +460,8 @@ def test_sparse_reads_each_real_querys_own_slots_in_place_and_gives_the_gathers_
         mp.setattr(torch.Tensor, "nonzero", lambda self, *a, _f=torch.Tensor.nonzero: built.append(1) or _f(self, *a))
         step.attend(0, q, k, v, window)
     assert not built
-    crow, col, _, _ = step._pattern(g, window, 0, H // K)
+    crow, _, w = step._pattern(g, window, 0, H // K)
+    col = w.col_indices()
     P = pool.k.shape[2]
     rows = [col[a:b].tolist() for a, b in zip(crow[:-1].tolist(), crow[1:].tolist())]  # each CSR row's columns
     want = []
