@@ -44,6 +44,8 @@ from minispec.engine import Engine, Request
 from minispec.tools import vs_vllm_report as report
 from minispec.tools.vllm_side import Served, VllmServer, VllmSettings, available, cpu_seconds
 from minispec.tools.vs_vllm_workload import (
+    LENGTHS,
+    MAX_MODEL_LEN,
     Job,
     jobs,
     metadata,
@@ -79,6 +81,7 @@ class VsConfig:
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 2048
     kv_tokens: dict | None = None  # workload -> KV slots (default KV_TOKENS): small enough to preempt at the top
+    lengths: dict | None = None  # workload -> ((prompt min, max), (output min, max)) tokens (default LENGTHS)
     realtime: bool = False
     threads: int = 1
     prepack: bool = True  # minispec's linears through oneDNN with prepacked weights (Engine's default), as vLLM's are
@@ -98,12 +101,21 @@ class VsConfig:
         if (any(b < 1 for b in self.static_batches) or self.static_repeat < 1 or self.bisect < 0
                 or not 0 < self.attainment <= 1):
             raise ValueError("static batches and repeats must be >= 1, bisect >= 0, attainment in (0, 1]")
+        for w in self.workloads:
+            (p0, p1), (o0, o1) = self.lengths_of(w)
+            if not (1 <= p0 <= p1 and 1 <= o0 <= o1) or p1 + o1 > MAX_MODEL_LEN[w]:
+                raise ValueError(f"{w}: prompt and output lengths need 1 <= min <= max and the longest prompt plus "
+                                 f"the longest output within {MAX_MODEL_LEN[w]} tokens, got prompts {p0}-{p1}, "
+                                 f"outputs {o0}-{o1}")
 
     def rates_of(self, workload: str) -> tuple[float, ...]:
         return tuple((self.rates or {}).get(workload, RATES[workload]))
 
     def slo_of(self, workload: str) -> tuple[float, float]:
         return tuple((self.slo or {}).get(workload, SLO[workload]))
+
+    def lengths_of(self, workload: str) -> tuple[tuple[int, int], tuple[int, int]]:
+        return (self.lengths or {}).get(workload, LENGTHS[workload])
 
     def kv_of(self, workload: str) -> int:
         return (self.kv_tokens or {}).get(workload, KV_TOKENS[workload])
@@ -172,7 +184,7 @@ def run(cfg: VsConfig, out: str | Path | None = "results/cpu/vs_vllm", progress=
                 f.write(json.dumps(row) + "\n")
 
     for name in cfg.workloads:
-        w = workload(name)
+        w = workload(name, cfg.lengths_of(name))
         engines = minispec_engines(w, cfg, table if name == "pair" else None)
         for setting, engine in engines.items():
             serve_setting(w, setting, engine, cfg, table, meta, emit, progress)

@@ -17,13 +17,13 @@ from minispec.roofline.policy import BatchTablePolicy
 from minispec.tools import vs_vllm_report as report
 from minispec.tools.vllm_side import VllmSettings, available
 from minispec.tools.vs_vllm import QUICK, RATES, VsConfig, run
-from minispec.tools.vs_vllm_workload import roofline_inputs
+from minispec.tools.vs_vllm_workload import LENGTHS, roofline_inputs
 
 
 def config_from_meta(meta: dict) -> VsConfig:
     """The VsConfig a run's metadata records (its JSON lists back as tuples)."""
     d = dict(meta["config"])
-    tup = lambda v: tuple(v) if isinstance(v, list) else v  # noqa: E731
+    tup = lambda v: tuple(map(tup, v)) if isinstance(v, list) else v  # noqa: E731
     d = {k: ({w: tup(x) for w, x in v.items()} if isinstance(v, dict) and k != "vllm" else tup(v))
          for k, v in d.items()}
     older = {"numba": "default"}  # a record made before VllmSettings.numba ran vLLM on numba's default layer
@@ -62,8 +62,16 @@ def cli_config(args) -> tuple[VsConfig, str]:
             kw["rates"] = dict(kw.get("rates") or {}) | {key: floats(getattr(args, flag), flag_name)}
     slo = {k: (lambda v: (v[0], v[1] / 1e3))(floats(getattr(args, f"slo_{k}"), f"--slo-{k}", 2))
            for k in ("smollm2", "pair") if getattr(args, f"slo_{k}") is not None}
+    lengths = {}
+    for k in ("smollm2", "pair"):
+        if getattr(args, f"lengths_{k}") is not None:
+            v = floats(getattr(args, f"lengths_{k}"), f"--lengths-{k}", 4)
+            if any(x != int(x) for x in v):
+                raise ValueError(f"--lengths-{k} takes whole token counts, got {getattr(args, f'lengths_{k}')!r}")
+            lengths[k] = ((int(v[0]), int(v[1])), (int(v[2]), int(v[3])))
     for key, value in (("seeds", args.seeds and tuple(int(s) for s in floats(args.seeds, "--seeds"))),
                        ("window_s", args.window), ("bisect", args.bisect), ("slo", slo or None),
+                       ("lengths", lengths or None),
                        ("static_batches", args.static and tuple(int(b) for b in floats(args.static, "--static"))),
                        ("static_repeat", args.repeat),
                        ("exclude", args.exclude and floats(args.exclude, "--exclude", 2))):
@@ -115,6 +123,10 @@ def add_arguments(p) -> None:
                    "table gives medians (default 1)")
     p.add_argument("--slo-smollm2", default=None, help="TTFT s,TPOT ms (default 2,150)")
     p.add_argument("--slo-pair", default=None, help="TTFT s,TPOT ms (default 1,50)")
+    for w, ((p0, p1), (o0, o1)) in LENGTHS.items():
+        p.add_argument(f"--lengths-{w}", default=None, metavar="P0,P1,O0,O1",
+                       help=f"prompt and output token ranges (default {p0},{p1},{o0},{o1}): other prompts, e.g. short "
+                            "ones with long answers")
     p.add_argument("--gamma", type=int, default=4, help="K, draft tokens per step in both engines (default 4)")
     p.add_argument("--ngram", default="4,2", help="prompt lookup's largest,smallest n-gram (default 4,2)")
     p.add_argument("--lookup-rule", default="vllm", help="PromptLookupDraft's rule: vllm (the same proposals as "

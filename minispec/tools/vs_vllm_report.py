@@ -318,7 +318,8 @@ def text(rows: list[dict], cfg, meta: dict | None = None) -> str:
         f"{cfg.temperature:g}, minispec's linears {'prepacked (oneDNN)' if cfg.prepack else 'F.linear'}, threads: "
         f"minispec {cfg.threads}, vLLM's worker {cfg.vllm.threads}, max_num_seqs {cfg.max_num_seqs}, "
         f"max_num_batched_tokens {cfg.max_num_batched_tokens}, KV tokens "
-        + ", ".join(f"{w} {cfg.kv_of(w)}" for w in cfg.workloads)
+        + ", ".join(f"{w} {cfg.kv_of(w)}" for w in cfg.workloads) + "; prompt and output tokens "
+        + ", ".join(f"{w} {p0}-{p1} and {o0}-{o1}" for w in cfg.workloads for (p0, p1), (o0, o1) in [cfg.lengths_of(w)])
         + f". Load average {min(loads):.1f}-{max(loads):.1f} during the runs.")
     if meta:
         parts.append("Run: " + json.dumps({k: meta[k] for k in ("git_revision", "started", "cpu", "cores", "threads",

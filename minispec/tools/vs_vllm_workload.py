@@ -47,6 +47,7 @@ class Job:
 
 
 LENGTHS = {"smollm2": ((64, 512), (32, 128)), "pair": ((64, 320), (32, 128))}  # (prompt, output) token ranges
+MAX_MODEL_LEN = {"smollm2": 2048, "pair": 512}  # tokens a request may reach: prompt and output (both engines)
 
 TASKS = ("Add a short comment above every line of this code. Return the whole code.",
          "Rename the variables in this code to longer, descriptive names. Return the full code.",
@@ -60,13 +61,16 @@ TASKS = ("Add a short comment above every line of this code. Return the whole co
 
 def copy_prompts(tok, n: int = 50, lengths: tuple[int, int] = (64, 512), seed: int = 0) -> list[tuple[int, ...]]:
     """``n`` chat prompts whose answers copy from them: an editing task (:data:`TASKS`) on whole lines of the
-    shipped held-out code, in the tokenizer's chat template, each between ``lengths`` tokens."""
+    shipped held-out code, in the tokenizer's chat template, each between ``lengths`` tokens. ValueError where
+    ``lengths`` leaves no room for a task and a line of code in the template (none found in 100 n tries)."""
     rng, lines = random.Random(seed), sample_text("code").decode().splitlines(keepends=True)
     wrap = lambda code, task: tok.encode(tok.apply_chat_template(  # noqa: E731
         [{"role": "user", "content": f"{task}\n\n```python\n{code}```"}], add_generation_prompt=True,
         tokenize=False), add_special_tokens=False)
     prompts = []
-    while len(prompts) < n:
+    for _ in range(100 * n):
+        if len(prompts) == n:
+            break
         budget, start, task = rng.randint(*lengths), rng.randrange(len(lines)), TASKS[len(prompts) % len(TASKS)]
         end = start + 1
         while end < len(lines) and len(wrap("".join(lines[start: end + 1]), task)) <= budget:
@@ -74,6 +78,9 @@ def copy_prompts(tok, n: int = 50, lengths: tuple[int, int] = (64, 512), seed: i
         ids = wrap("".join(lines[start:end]), task)
         if lengths[0] <= len(ids) <= lengths[1]:
             prompts.append(tuple(ids))
+    if len(prompts) < n:
+        raise ValueError(f"no chat prompt of {lengths[0]}-{lengths[1]} tokens: a task and a line of code in the chat "
+                         f"template take more (found {len(prompts)} of {n} in {100 * n} tries)")
     return prompts
 
 
@@ -108,17 +115,19 @@ def static_jobs(prompts, outputs, batch: int, cfg, eos=None) -> list[list[Job]]:
     return [seq[i: i + batch] for i in range(0, n, batch)]
 
 
-def workload(name: str) -> dict:
-    """Models, prompts and lengths of a workload (SmolLM2 must have been fetched)."""
-    (plen, olen) = LENGTHS[name]
+def workload(name: str, lengths: tuple | None = None) -> dict:
+    """Models, prompts and lengths of a workload (SmolLM2 must have been fetched); ``lengths``: ((prompt min, max),
+    (output min, max)) tokens, default :data:`LENGTHS`."""
+    (plen, olen) = lengths or LENGTHS[name]
     if name == "smollm2":
         target = resolve("smollm2-135m-instruct")  # raises, naming `minispec fetch smollm2`, when missing
         model, tok = load(target, dtype=torch.float32)
         return dict(name=name, target=target, target_model=model, draft=None, prompts=copy_prompts(tok, 50, plen),
-                    outputs=olen, eos=tok.eos_token_id, tokenizer=True, max_model_len=2048)
+                    outputs=olen, eos=tok.eos_token_id, tokenizer=True, max_model_len=MAX_MODEL_LEN[name])
     target, draft = resolve("tiny-code-target"), resolve("tiny-code-draft")
     return dict(name=name, target=target, target_model=load(target)[0], draft=draft, draft_model=load(draft)[0],
-                prompts=code_prompts(50, plen), outputs=olen, eos=None, tokenizer=False, max_model_len=512)
+                prompts=code_prompts(50, plen), outputs=olen, eos=None, tokenizer=False,
+                max_model_len=MAX_MODEL_LEN[name])
 
 
 # --- the settings: what each engine runs for a workload ------------------------------------------------------
@@ -176,7 +185,7 @@ def roofline_inputs(cfg, when: str) -> dict:
     names = {"smollm2": ("smollm2-135m-instruct", None), "pair": ("tiny-code-target", "tiny-code-draft")}
     workloads = {}
     for w in cfg.workloads:
-        (p0, p1), (o0, o1) = LENGTHS[w]
+        (p0, p1), (o0, o1) = cfg.lengths_of(w)
         target, draft = names[w]
         workloads[w] = {"target": shape(target), "draft": None if draft is None else shape(draft),
                         "context": (p0 + p1) / 2 + (o0 + o1) / 4}

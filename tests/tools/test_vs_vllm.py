@@ -3,7 +3,7 @@ where vLLM is installed (tests/vllm/test_vs_vllm_quick.py runs the whole --quick
 
 import json
 import math
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pytest
 
@@ -14,7 +14,7 @@ from minispec.tools.vllm_side import Served, VllmSettings, available, kv_bytes_p
 from minispec.tools.vs_vllm import VsConfig, served_by_minispec, step_events
 from minispec.tools.vs_vllm_workload import Job, code_prompts, jobs, static_jobs
 
-SHORT = {"smollm2": ((64, 512), (32, 128)), "pair": ((16, 40), (4, 12))}  # the pair's lengths, cut for a test
+SHORT = {"pair": ((16, 40), (4, 12))}  # the pair's prompt and output lengths, cut for a test (--lengths-pair)
 
 
 def test_every_rate_serves_the_same_requests_with_scaled_arrivals():
@@ -153,10 +153,9 @@ def replace_setting(r):
 
 @pytest.mark.slow
 def test_the_minispec_side_end_to_end_writes_rows_table_and_plot(tmp_path, monkeypatch, one_thread):
-    monkeypatch.setattr(vs_vllm_workload, "LENGTHS", SHORT)
     cfg = VsConfig(workloads=("pair",), engines=("minispec",), rates={"pair": (8.0, 256.0)}, seeds=(0, 1),
                    window_s=0.5, min_requests=4, max_requests=6, bisect=1, static_batches=(1, 4), static_min=2,
-                   slo={"pair": (0.5, 0.01)}, exclude=(0.25, 0.25), k_table=str(tmp_path / "k.json"))
+                   slo={"pair": (0.5, 0.01)}, exclude=(0.25, 0.25), k_table=str(tmp_path / "k.json"), lengths=SHORT)
     table = {"num_speculative_tokens": 4, "num_speculative_tokens_per_batch_size": [[1, 1, 4], [2, 64, 1]]}
     (tmp_path / "k.json").write_text(json.dumps(table))
     monkeypatch.setattr(vs_vllm, "SETTLE_S", 0.0)
@@ -166,6 +165,7 @@ def test_the_minispec_side_end_to_end_writes_rows_table_and_plot(tmp_path, monke
     assert grid == [(s, r, seed) for s in settings for seed in (0, 1) for r in (8.0, 256.0)]
     static = [(r["setting"], r["batch"], r["requests"]) for r in rows if r["mode"] == "static"]
     assert static == [(s, B, n) for s in settings for B, n in ((1, 2), (4, 4))]
+    assert all(4 * r["requests"] <= r["output_tokens"] <= 12 * r["requests"] for r in rows if r["mode"] == "static")
     by = {(r["setting"], r["mode"], r.get("batch")): r for r in rows if r["mode"] == "static"}
     assert by["draft, K table", "static", 1]["mean_k"] == 4 and by["draft, K table", "static", 4]["mean_k"] < 4
     assert all(r["engine"] == "minispec" and r["torch_threads"] == 1 and "tokens_equal" not in r for r in rows)
@@ -185,6 +185,9 @@ def test_the_minispec_side_end_to_end_writes_rows_table_and_plot(tmp_path, monke
     assert "threads: minispec 1, vLLM's worker 1," in text
     assert "Where speculation stops paying" in text and "Load average" in text and (tmp_path / "vs.png").stat().st_size
     assert "roofline on this CPU's ceilings" in text and "pair, draft: batch 1:" in text
+    assert "prompt and output tokens pair 16-40 and 4-12" in text and meta["config"]["lengths"] == {
+        "pair": [[16, 40], [4, 12]]}
+    assert meta["roofline"]["workloads"]["pair"]["context"] == (16 + 40) / 2 + (4 + 12) / 4
     (tmp_path / "vs.txt").unlink()
     assert vs_vllm_cli.redraw(tmp_path / "vs.jsonl") == text == (tmp_path / "vs.txt").read_text()  # from the .jsonl
     kt = (tmp_path / "vllm_k_table.txt").read_text()
@@ -214,6 +217,29 @@ def test_a_records_vllm_settings_read_back_as_they_ran():
     cfg = lambda vllm: vs_vllm_cli.config_from_meta({"config": {"workloads": ["pair"], "vllm": vllm}})  # noqa: E731
     assert cfg(old).vllm == VllmSettings(2, numba="default")
     assert cfg(old | {"numba": "workqueue"}).vllm.numba == "workqueue"
+
+
+def test_other_prompt_and_output_lengths_from_the_command_line():
+    parse = lambda *a: vs_vllm_cli.cli_config(build_parser().parse_args(["vs-vllm", "--engines", "minispec", *a]))[0]  # noqa: E731
+    cfg = parse("--workloads", "pair", "--lengths-pair", "16,40,100,192")
+    assert cfg.lengths_of("pair") == ((16, 40), (100, 192)) and cfg.lengths_of("smollm2") == ((64, 512), (32, 128))
+    meta = {"config": json.loads(json.dumps(asdict(cfg), default=str))}
+    assert vs_vllm_cli.config_from_meta(meta).lengths == cfg.lengths  # a record's lengths read back as given
+    assert all(16 <= len(p) <= 40 for p in vs_vllm_workload.code_prompts(20, cfg.lengths_of("pair")[0]))
+
+
+def test_chat_prompts_keep_to_their_lengths_and_a_range_too_short_for_the_template_is_refused():
+    try:
+        path = vs_vllm_workload.resolve("smollm2-135m-instruct")
+    except ValueError as e:
+        pytest.skip(str(e))
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(path))
+    prompts = vs_vllm_workload.copy_prompts(tok, 12, (40, 90), seed=6)
+    assert len(prompts) == 12 and all(40 <= len(p) <= 90 for p in prompts)
+    with pytest.raises(ValueError, match="no chat prompt of 5-10 tokens"):  # the template alone is longer
+        vs_vllm_workload.copy_prompts(tok, 2, (5, 10))
 
 
 def test_vllm_threads_default_to_minispecs_and_can_differ():
@@ -252,6 +278,10 @@ def test_the_command_checks_its_flags_before_any_work(capsys, tmp_path):
                           (["--engines", "minispec", "--k-table", __file__], "not vLLM's speculative-config keys"),
                           (["--engines", "minispec", "--workloads", "pair,gpt"], "workloads are smollm2, pair"),
                           (["--engines", "minispec", "--repeat", "0"], "repeats must be >= 1"),
+                          (["--engines", "minispec", "--lengths-pair", "16,40,4"], "--lengths-pair takes 4"),
+                          (["--engines", "minispec", "--lengths-pair", "16,40.5,4,8"], "whole token counts"),
+                          (["--engines", "minispec", "--lengths-pair", "40,16,4,8"], "pair: prompt and output lengths"),
+                          (["--engines", "minispec", "--lengths-pair", "16,400,4,200"], "within 512 tokens"),
                           (["--from-jsonl", str(tmp_path / "no.jsonl")], "no such file")]:
         assert main(["vs-vllm", *out, *argv]) == 2, argv
         assert message in capsys.readouterr().err
