@@ -304,7 +304,8 @@ def text(rows: list[dict], cfg, meta: dict | None = None) -> str:
         parts.append(f"\nThe same tokens from both engines in {same} of {len(both)} runs; the same acceptance "
                      f"counters (drafts, draft tokens, accepted per position) in {sum(fixed)} of {len(fixed)} "
                      "speculative runs at a fixed K (under load the engines preempt different rows at different "
-                     "steps, and a preempted row's pending draft is dropped)" + (
+                     "steps, and a preempted row's pending draft is dropped; where a drafted EOS is accepted, vLLM "
+                     "also counts the draft tokens accepted after it, minispec's counts stop at the EOS)" + (
                          f" and {sum(table)} of {len(table)} with the K table (vLLM looks K up by every request "
                          "scheduled in a step, prefill chunks included; minispec by the rows decoding)" if table
                          else "") + ".")
