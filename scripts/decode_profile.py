@@ -46,7 +46,7 @@ def minispec_runner(prompts, new: int):
     return run
 
 
-def vllm_runner(prompts, new: int, threads: int):
+def vllm_runner(prompts, new: int):
     from vllm import EngineArgs, SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.v1.engine.llm_engine import LLMEngine
@@ -89,13 +89,13 @@ def profiled(run, name: str, rounds: int, top: int) -> tuple[list[str], list]:
     t = time.perf_counter()
     with profile() as prof:
         steps, _ = run()
+    wall = 1e3 * (time.perf_counter() - t) / steps  # the profiled run alone, not the summary below
     ops = prof.key_averages()
     calls = sum(k.count for k in ops if "::" in k.key) / steps
     self_ms = {k.key: k.self_cpu_time_total / steps / 1e3 for k in ops if "::" in k.key}
     groups = {g: sum(v for k, v in self_ms.items() if k in keys) for g, keys in (("linear", LINEAR),
                                                                                   ("attention", ATTENTION))}
     rest = sum(self_ms.values()) - sum(groups.values())
-    wall = 1e3 * (time.perf_counter() - t) / steps
     lines = [f"{name}: {1e3 * best:.1f} ms a step (best of {rounds} unprofiled runs, {steps} steps); profiled "
              f"{wall:.0f} ms a step (the profiler's cost grows with the calls), {calls:,.0f} operator calls a step; "
              f"operators' self CPU ms a step: linear layers {groups['linear']:.1f}, attention "
@@ -133,7 +133,7 @@ def main() -> None:
              f"tokens each: both engines in one process under torch.profiler (commit {commit}, {platform.machine()}, "
              f"{args.threads} threads bound to CPUs {cpus}, torch {torch.__version__}, load average before "
              f"{os.getloadavg()[0]:.1f})", ""]
-    vllm, vllm_tokens = profiled(vllm_runner(prompts, args.new, args.threads), "vLLM (in-process, eager)", args.rounds,
+    vllm, vllm_tokens = profiled(vllm_runner(prompts, args.new), "vLLM (in-process, eager)", args.rounds,
                                  args.top)
     torch.set_num_threads(args.threads)
     mine, mine_tokens = profiled(minispec_runner(prompts, args.new), "minispec", args.rounds, args.top)
