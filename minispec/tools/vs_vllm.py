@@ -88,6 +88,10 @@ class VsConfig:
     vllm: VllmSettings = VllmSettings()
 
     def __post_init__(self):
+        for name in ("rates", "slo", "kv_tokens", "lengths"):  # a typo would fall back to the defaults unseen
+            unknown = set(getattr(self, name) or {}) - set(RATES)
+            if unknown:
+                raise ValueError(f"{name} names no workload: {sorted(unknown)} (workloads are {', '.join(RATES)})")
         bad = set(self.workloads) - set(RATES) or set(self.engines) - {"minispec", "vllm"}
         if bad or not self.workloads or not self.engines:
             raise ValueError(f"workloads are {', '.join(RATES)} and engines minispec, vllm; got {sorted(bad)}")

@@ -268,6 +268,15 @@ def test_repeated_static_runs_give_medians_and_pair_each_run_with_its_own():
         VsConfig(static_repeat=0)
 
 
+@pytest.mark.parametrize("field", ["rates", "slo", "kv_tokens", "lengths"])
+def test_a_per_workload_setting_naming_no_workload_is_refused(field):
+    value = {"rates": (1.0,), "slo": (1.0, 0.1), "kv_tokens": 4096, "lengths": ((10, 20), (10, 20))}[field]
+    with pytest.raises(ValueError, match=rf"{field} names no workload: \['smolm2'\]"):
+        VsConfig(**{field: {"smolm2": value}})
+    read = {"rates": "rates_of", "slo": "slo_of", "kv_tokens": "kv_of", "lengths": "lengths_of"}[field]
+    assert getattr(VsConfig(**{field: {"smollm2": value}}), read)("smollm2") == value  # a workload's key is read
+
+
 def test_the_command_checks_its_flags_before_any_work(capsys, tmp_path):
     out = ["--out", str(tmp_path / "x")]
     for argv, message in [(["--engines", "minispec,sglang"], "engines minispec, vllm"),
