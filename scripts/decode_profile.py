@@ -1,18 +1,20 @@
 """Where a decode step goes in each engine: SmolLM2-135M's decode-heavy static batch under ``torch.profiler``.
 
     . .venv-vllm/bin/activate   # vLLM and minispec
-    python scripts/decode_profile.py [--batch 32] [--new 96] [--rounds 4] [--threads 2] [--out FILE]
+    python scripts/decode_profile.py [--batch 32] [--new 96] [--rounds 4] [--threads 2] [--ngram] [--out FILE]
 
 ``--batch`` chat prompts of 40-100 tokens (vs-vllm's ``--lengths-smollm2 40,100,...``), ``--new`` greedy tokens each,
-EOS ignored, so nearly every step is a decode step of the whole batch. vLLM runs in this process
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, enforce_eager, its OpenMP threads bound to the first ``--threads`` CPUs), so one
-profiler sees its scheduler, model runner and sampler as it sees minispec's engine; minispec runs in the same process,
-on the same bound threads. First ``--rounds`` unprofiled runs of each engine, alternated (vLLM, minispec, vLLM, ...):
-per engine its best ms a step over the whole run (the prefill steps included) and its best median step (a decode step
-of the whole batch), and round by round minispec's speed over vLLM's (in vs-vllm vLLM's multi-process engine overlaps
-its scheduling and output processing with the model; here neither does). Then one profiled run each: operator calls a
-step, the operators' self CPU time a step, grouped (linear layers, attention, the rest), and the largest operators. A
-benchmark: read the shares and ratios within one run; the profiler's own overhead is in its figures.
+EOS ignored, so nearly every step is a decode step of the whole batch; ``--ngram``: both with prompt lookup, as
+vs-vllm's ngram setting runs it. vLLM runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, enforce_eager, its
+OpenMP threads bound to the first ``--threads`` CPUs), so one profiler sees its scheduler, model runner and sampler as
+it sees minispec's engine; minispec runs in the same process, on the same bound threads. First ``--rounds`` unprofiled
+runs of each engine, alternated (vLLM, minispec, vLLM, ...): per engine its best ms a step over the whole run (the
+prefill steps included) and its best median step (a decode step of the whole batch), and round by round minispec's speed
+over vLLM's (in vs-vllm vLLM's multi-process engine overlaps its scheduling and output processing with the model; here
+neither does). Then a decode step profiled in each: a profiled run less a profiled run of 8 tokens a request (the same
+prefill steps), over the steps it adds: operator calls, the operators' self CPU time grouped (linear layers, attention,
+the rest), and the largest operators. A benchmark: read the shares and ratios within one run; the profiler's own
+overhead is in its figures.
 """
 
 from __future__ import annotations
@@ -31,16 +33,20 @@ ATTENTION = {  # minispec: the KV write and the sparse products (aten::addmm is 
     # vLLM: its CPU attention and KV write
     "_C::cpu_attention_with_kv_cache", "_C::cpu_attn_reshape_and_cache", "vllm::unified_attention_with_output",
     "vllm::unified_kv_cache_update"}
+SHORT = 8  # tokens a request in the run whose profile is subtracted: its prefill steps and a few decode steps
+K, NGRAM = 4, (4, 2)  # --ngram: draft tokens a step and prompt lookup's n-grams, as vs-vllm's defaults
 
 
-def minispec_runner(prompts, new: int):
+def minispec_runner(prompts, new: int, ngram: bool):
     import torch
 
+    from minispec.drafts.lookup import PromptLookupDraft
     from minispec.engine import Engine, Request
     from minispec.model.load import load, resolve
 
     model, _ = load(resolve("smollm2-135m-instruct"), dtype=torch.float32)
-    engine = Engine(model, max_num_seqs=64, max_num_batched_tokens=2048, num_blocks=2048)
+    draft = PromptLookupDraft(*NGRAM, rule="vllm") if ngram else None  # vs-vllm's ngram setting
+    engine = Engine(model, draft, gamma=K, max_num_seqs=64, max_num_batched_tokens=2048, num_blocks=2048)
 
     def run(n=new):
         outs = engine.run([Request(list(p), n, 0.0) for p in prompts])
@@ -48,7 +54,7 @@ def minispec_runner(prompts, new: int):
     return run
 
 
-def vllm_runner(prompts, new: int):
+def vllm_runner(prompts, new: int, ngram: bool):
     from vllm import EngineArgs, SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.v1.engine.llm_engine import LLMEngine
@@ -59,7 +65,9 @@ def vllm_runner(prompts, new: int):
     path = resolve("smollm2-135m-instruct")
     engine = LLMEngine.from_engine_args(EngineArgs(
         model=str(path), dtype="float32", enforce_eager=True, max_num_seqs=64, max_num_batched_tokens=2048,
-        kv_cache_memory_bytes=32768 * kv_bytes_per_token(path), enable_prefix_caching=False, max_model_len=2048))
+        kv_cache_memory_bytes=32768 * kv_bytes_per_token(path), enable_prefix_caching=False, max_model_len=2048,
+        speculative_config={"method": "ngram", "prompt_lookup_max": NGRAM[0], "prompt_lookup_min": NGRAM[1],
+                            "num_speculative_tokens": K} if ngram else None))
     ids = iter(range(10**9))
 
     def run(n=new):
@@ -82,41 +90,50 @@ def vllm_runner(prompts, new: int):
 
 
 def timed(runs: dict, rounds: int) -> tuple[dict, dict]:
-    """Each engine's whole-run ms a step and median step ms, ``rounds`` runs each, alternated (engine A, B, A, B...),
-    so that a slow minute of this shared machine lands on both; and each engine's tokens."""
+    """Each engine's whole-run ms a step, median step ms and seconds, ``rounds`` runs each, alternated (engine A, B,
+    A, B...), so that a slow minute of this shared machine lands on both; and each engine's tokens."""
     times, tokens = {name: [] for name in runs}, {}
     for run in runs.values():
-        run(8)  # first calls: allocators, caches
+        run(SHORT)  # first calls: allocators, caches
     for _ in range(rounds):
         for name, run in runs.items():
             t = time.perf_counter()
             step_s, tokens[name] = run()
-            times[name].append((1e3 * (time.perf_counter() - t) / len(step_s), 1e3 * statistics.median(step_s)))
+            wall = time.perf_counter() - t
+            times[name].append((1e3 * wall / len(step_s), 1e3 * statistics.median(step_s), wall))
     return times, tokens
 
 
 def profiled(run, name: str, times: list, top: int) -> list[str]:
-    """One profiled run of ``run``: operator calls and self CPU time a step, grouped, and the largest operators."""
+    """Operator calls and self CPU time a decode step, grouped, and the largest operators: a profiled run of
+    ``--new`` tokens less a profiled run of :data:`SHORT` (the same prompts, so the same prefill steps), over the
+    steps the longer run adds."""
     from torch.profiler import profile
 
-    t = time.perf_counter()
-    with profile() as prof:
-        steps = len(run()[0])
-    wall = 1e3 * (time.perf_counter() - t) / steps  # the profiled run alone, not the summary below
-    ops = prof.key_averages()
-    calls = sum(k.count for k in ops if "::" in k.key) / steps
-    self_ms = {k.key: k.self_cpu_time_total / steps / 1e3 for k in ops if "::" in k.key}
-    groups = {g: sum(v for k, v in self_ms.items() if k in keys) for g, keys in (("linear", LINEAR),
-                                                                                  ("attention", ATTENTION))}
-    rest = sum(self_ms.values()) - sum(groups.values())
-    whole, median = min(w for w, _ in times), min(m for _, m in times)
+    totals = []
+    for n in (SHORT, None):
+        t = time.perf_counter()
+        with profile() as prof:
+            steps = len((run() if n is None else run(n))[0])
+        wall = time.perf_counter() - t  # the profiled run alone, not the summary below
+        totals.append((steps, wall, {k.key: (k.self_cpu_time_total, k.count) for k in prof.key_averages()
+                                     if "::" in k.key}))
+    (s0, w0, ops0), (s1, w1, ops1) = totals
+    steps = s1 - s0
+    ops = {k: ((v - ops0.get(k, (0, 0))[0]) / steps / 1e3, (c - ops0.get(k, (0, 0))[1]) / steps)
+           for k, (v, c) in ops1.items()}  # ms and calls a decode step
+    groups = {g: sum(v for k, (v, _) in ops.items() if k in keys) for g, keys in (("linear", LINEAR),
+                                                                                   ("attention", ATTENTION))}
+    every = sum(v for v, _ in ops.values())
+    whole, median = min(w for w, _, _ in times), min(m for _, m, _ in times)
     lines = [f"{name}: {whole:.1f} ms a step over the run, {median:.1f} the median step (best of {len(times)} "
-             f"unprofiled runs, {steps} steps); profiled {wall:.0f} ms a step (the profiler's cost grows with the "
-             f"calls), {calls:,.0f} operator calls a step; operators' self CPU ms a step: linear layers "
-             f"{groups['linear']:.1f}, attention {groups['attention']:.1f}, the rest {rest:.1f}, in all "
-             f"{sum(self_ms.values()):.1f}"]
-    for k in sorted(ops, key=lambda k: -k.self_cpu_time_total)[:top]:
-        lines.append(f"  {k.key[:48]:48} {k.self_cpu_time_total / steps / 1e3:7.2f} ms  {k.count / steps:6.1f} calls")
+             f"unprofiled runs, {s1} steps). A decode step profiled ({steps} steps: the run of {s1} less one of {s0}): "
+             f"{1e3 * (w1 - w0) / steps:.0f} ms (the profiler's cost grows with the calls), "
+             f"{sum(c for _, c in ops.values()):,.0f} operator calls; operators' self CPU ms: linear layers "
+             f"{groups['linear']:.1f}, attention {groups['attention']:.1f}, the rest "
+             f"{every - sum(groups.values()):.1f}, in all {every:.1f}"]
+    for k, (v, c) in sorted(ops.items(), key=lambda kv: -kv[1][0])[:top]:
+        lines.append(f"  {k[:48]:48} {v:7.2f} ms  {c:6.1f} calls")
     return lines
 
 
@@ -126,14 +143,23 @@ def main() -> None:
     ap.add_argument("--new", type=int, default=96)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--top", type=int, default=12)
-    ap.add_argument("--out", default="results/cpu/decode_profile.txt")
+    ap.add_argument("--top", type=int, default=16)
+    ap.add_argument("--ngram", action="store_true", help=f"both engines with prompt lookup (K = {K}, n-grams "
+                    f"{NGRAM[0]}..{NGRAM[1]}) instead of plain decoding")
+    ap.add_argument("--out", default=None, help="default results/cpu/decode_profile.txt (--ngram: "
+                                                "decode_profile_ngram.txt)")
     args = ap.parse_args()
-    if min(args.batch, args.new, args.rounds, args.threads, args.top) < 1:
-        raise SystemExit("--batch, --new, --rounds, --threads and --top must be >= 1")
+    out = args.out or f"results/cpu/decode_profile{'_ngram' if args.ngram else ''}.txt"
+    if min(args.batch, args.rounds, args.threads, args.top) < 1 or args.new <= 2 * SHORT:
+        raise SystemExit(f"--batch, --rounds, --threads and --top must be >= 1 and --new > {2 * SHORT}")
+    from minispec.tools.vllm_side import VllmSettings
+
     cpus = sorted(os.sched_getaffinity(0))[: args.threads]
-    os.environ.update(VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_OMP_THREADS_BIND=",".join(map(str, cpus)),
-                      VLLM_LOGGING_LEVEL="WARNING")
+    # vs-vllm's settings for vLLM: its threads bound to these CPUs, and its n-gram proposer's numba threads in numba's
+    # workqueue layer (numba's default OpenMP pool, beside torch's threads in this one process, made minispec's
+    # speculative steps here up to 6x as slow, and vLLM's slower too)
+    os.environ.update(VllmSettings(threads=args.threads, bind=",".join(map(str, cpus))).environment(),
+                      VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_LOGGING_LEVEL="WARNING")
     import torch
     from transformers import AutoTokenizer
 
@@ -144,15 +170,18 @@ def main() -> None:
     prompts = copy_prompts(AutoTokenizer.from_pretrained(str(resolve("smollm2-135m-instruct"))), args.batch, (40, 100),
                            seed=6)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    how = f", prompt lookup (K = {K})" if args.ngram else ""
     lines = [f"# SmolLM2-135M float32, a static batch of {args.batch} prompts of 40-100 tokens, {args.new} greedy "
-             f"tokens each: both engines in one process under torch.profiler (commit {commit}, {platform.machine()}, "
+             f"tokens each{how}: both engines in one process under torch.profiler (commit {commit}, "
+             f"{platform.machine()}, "
              f"{args.threads} threads bound to CPUs {cpus}, torch {torch.__version__}, load average before "
              f"{os.getloadavg()[0]:.1f})", ""]
-    runs = {"vLLM (in-process, eager)": vllm_runner(prompts, args.new), "minispec": minispec_runner(prompts, args.new)}
+    runs = {"vLLM (in-process, eager)": vllm_runner(prompts, args.new, args.ngram),
+            "minispec": minispec_runner(prompts, args.new, args.ngram)}
     torch.set_num_threads(args.threads)  # vLLM's worker set its own binding when it started
     times, tokens = timed(runs, args.rounds)
     (vname, vt), (mname, mt) = times.items()
-    ratio = [(v[0] / m[0], v[1] / m[1]) for v, m in zip(vt, mt)]  # each round's vLLM / minispec: speed, as tok/s
+    ratio = [(v[2] / m[2], v[1] / m[1]) for v, m in zip(vt, mt)]  # each round's vLLM / minispec time: the same tokens
     for name, run in runs.items():
         lines += profiled(run, name, times[name], args.top) + [""]
     same = sum(a == b for a, b in zip(*tokens.values()))
@@ -161,7 +190,7 @@ def main() -> None:
               f"(the run includes the prefill steps, the median step is a decode step of the whole batch)",
               f"the same greedy tokens in {same} of {args.batch} requests; load average after {os.getloadavg()[0]:.1f}"]
     print("\n".join(lines))
-    with open(args.out, "w") as f:
+    with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")
 
 
