@@ -216,6 +216,14 @@ def take(t: torch.Tensor, n: torch.Tensor) -> torch.Tensor:
     return t.gather(1, idx)[:, 0]
 
 
+class Argmax(NamedTuple):
+    """p of rows that are all greedy: each position's temperature-0 distribution (a one-hot) held as its argmax
+    (B, T+1) instead of a dense (B, T+1, V) one-hot, which at SmolLM2's batch of 32 with 4 draft tokens is 31 MB
+    written and read again every step to compare tokens. :func:`~minispec.speculative.rule.accept_reject` takes it."""
+
+    top: torch.Tensor  # (B, T+1) long: each position's argmax (the first on ties)
+
+
 # --- the draft's distribution q of its proposed tokens ----------------------------------------------
 
 class PointMass(NamedTuple):

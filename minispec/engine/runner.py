@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from minispec.decoding.plain import DecodeState
-from minispec.decoding.sampling import PointMass, RowParams, Sampler, argmax, one_hot, probabilities, proposed
+from minispec.decoding.sampling import Argmax, PointMass, RowParams, Sampler, argmax, one_hot, probabilities, proposed
 from minispec.decoding.timing import PhaseTimer
 from minispec.decoding.tree import tree_mask
 from minispec.drafts.base import Draft, Proposal
@@ -42,6 +42,7 @@ from minispec.engine.request import Sequence
 from minispec.engine.scheduler import StepPlan
 from minispec.model.llama import Model, attention_masks
 from minispec.speculative.loop import accept
+from minispec.speculative.rule import accept_reject
 
 
 @dataclass
@@ -258,7 +259,9 @@ class _Decoding:
             self.accepted = self.offered = torch.zeros_like(st.total)  # (B,)
         else:
             if sampler.params.greedy:  # every row greedy: p is each query's one-hot, from the pass's own argmax (M,)
-                p = one_hot(argmax(logits)[self.query], logits.shape[-1])  # (B, 1 + T, V) no padding's logits copied
+                top = argmax(logits)[self.query]  # (B, 1 + T) no padding's logits copied
+                chain = self.proposal.tree is None and rule is accept_reject  # the rule that reads argmaxes
+                p = Argmax(top) if chain else one_hot(top, logits.shape[-1])  # (B, 1 + T) or (B, 1 + T, V)
             else:
                 p = probabilities(logits[self.query], sampler.params)  # (B, 1 + T, V)
             view = runner.pool.view(self.tables, self.root)

@@ -46,14 +46,15 @@ from __future__ import annotations
 
 import torch
 
-from minispec.decoding.sampling import argmax, q_at, q_of, take
+from minispec.decoding.sampling import Argmax, argmax, q_at, q_of, take
 from minispec.decoding.tree import Tree, depths
 
 
 def accept_reject(p, q, x, u, draw):
     """The speculative-sampling rule, for every row; nothing else.
 
-    p (B, gamma+1, V): the target's distributions at the gamma draft positions and one more.
+    p (B, gamma+1, V): the target's distributions at the gamma draft positions and one more; for rows that are
+    all greedy, their argmaxes (:class:`~minispec.decoding.sampling.Argmax`): the same tokens, no one-hots.
     q: the draft's, dense (B, gamma, V) or point masses (:class:`~minispec.decoding.sampling.PointMass`);
     x (B, gamma): the draft tokens; u (B, gamma): one uniform per row and position;
     ``draw(weights)``: one token per row (B,) from unnormalised weights (B, V).
@@ -65,8 +66,12 @@ def accept_reject(p, q, x, u, draw):
     Returns accepted (B, gamma), the accepted prefix of each row, and t (B,). A position where q
     is all zero proposed nothing: q(x) = 0 is rejected and max(0, p - 0) = p, a plain draw.
     """
-    p_x = p[:, :-1].gather(-1, x[..., None])[..., 0]  # (B, gamma)
     q_x = q_of(q, x)  # (B, gamma) > 0 for every proposed token
+    if isinstance(p, Argmax):  # every row greedy, p one-hot: u q < p(x) holds iff x is the argmax, and max(0, p - q)
+        #                        at the first rejection (or p past gamma) is the argmax's one-hot: what follows, cheaper
+        accepted = ((p.top[:, :-1] == x) & (q_x > 0)).cumprod(1).bool()  # (B, gamma)
+        return accepted, take(p.top, accepted.sum(1))  # (B, gamma), (B,) the argmax where each row stopped
+    p_x = p[:, :-1].gather(-1, x[..., None])[..., 0]  # (B, gamma)
     accepted = ((u * q_x < p_x) & (q_x > 0)).cumprod(1).bool()  # (B, gamma) u < p/q, up to the first rejection
     n = accepted.sum(1)  # (B,)
     p_n = take(p, n)  # (B, V) p at the first rejection, or p_{gamma+1}

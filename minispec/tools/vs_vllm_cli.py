@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import time
@@ -165,4 +166,6 @@ def from_args(args, progress=print) -> str:
     cfg, out = cli_config(args)
     t0 = time.perf_counter()
     rows = run(cfg, out, progress)
-    return report.text(rows, cfg) + f"({time.perf_counter() - t0:.0f} s; written to {out}.jsonl, .txt, .png)"
+    drawn = importlib.util.find_spec("matplotlib") is not None  # report.write draws the plot where it imports
+    return report.text(rows, cfg) + (f"({time.perf_counter() - t0:.0f} s; written to {out}.jsonl, .txt"
+                                     f"{', .png' if drawn else ''})")

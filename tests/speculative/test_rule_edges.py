@@ -5,7 +5,7 @@ a rejection that always cuts, u <= r/q for u < r/q, and the greedy shortcut told
 
 import torch
 
-from minispec.decoding.sampling import PointMass, proposed, q_at
+from minispec.decoding.sampling import Argmax, PointMass, argmax, one_hot, proposed, q_at
 from minispec.decoding.tree import Tree
 from minispec.speculative.rule import accept_reject, verify_tree
 
@@ -80,3 +80,25 @@ def test_q_past_the_draft_is_zero_and_only_proposed_positions_count():
     p = torch.eye(5)[torch.tensor([[2], [4]])]  # (B, 1, V): the target's next token, nothing drafted
     accepted, t = accept_reject(p, torch.zeros(2, 0, 5), x[:, :0], torch.zeros(2, 0), draw)
     assert accepted.shape == (2, 0) and t.tolist() == [2, 4]
+
+
+def test_greedy_argmaxes_accept_and_draw_what_the_one_hots_do():
+    """Rows that are all greedy hand the rule their argmaxes (Argmax) instead of one-hots (B, gamma+1, V): the same
+    accepted prefix and token on random drafts that match the argmax for a while (and at the last token, past a
+    rejection), with positions that proposed
+    nothing (prompt lookup's short match), a dense q, ties in the logits (the first wins) and a 49,152 vocabulary."""
+    g = torch.Generator().manual_seed(0)
+    B, gamma, V = 64, 4, 49152
+    logits = torch.randn(B, gamma + 1, V, generator=g)
+    logits[:8, :, :2] = 9.0  # ties: the first of the largest is the argmax
+    top = argmax(logits)  # (B, gamma+1)
+    keep = torch.randint(0, gamma + 1, (B, 1), generator=g)  # the draft agrees with the argmax up to here,
+    agree = (torch.arange(gamma) < keep) | (torch.arange(gamma) == gamma - 1)  # and again at its last token
+    x = torch.where(agree, top[:, :-1], torch.randint(0, V, (B, gamma), generator=g))
+    half = torch.full((B, gamma), 0.5, dtype=torch.float64)  # Sampler.accept_uniforms' u for greedy rows
+    for q in (PointMass(torch.arange(gamma) < torch.randint(0, gamma + 1, (B, 1), generator=g), V),
+              one_hot(x, V)):
+        want = accept_reject(one_hot(top, V), q, x, half, draw)
+        got = accept_reject(Argmax(top), q, x, half, draw)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
+        assert 0 < want[0].sum(1).float().mean() < gamma  # some accepted, some rejected: both branches ran
