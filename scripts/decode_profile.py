@@ -34,7 +34,6 @@ ATTENTION = {  # minispec: the KV write and the sparse products (aten::addmm is 
     "_C::cpu_attention_with_kv_cache", "_C::cpu_attn_reshape_and_cache", "vllm::unified_attention_with_output",
     "vllm::unified_kv_cache_update"}
 SHORT = 8  # tokens a request in the run whose profile is subtracted: its prefill steps and a few decode steps
-K, NGRAM = 4, (4, 2)  # --ngram: draft tokens a step and prompt lookup's n-grams, as vs-vllm's defaults
 
 
 def minispec_runner(prompts, new: int, ngram: bool):
@@ -43,10 +42,12 @@ def minispec_runner(prompts, new: int, ngram: bool):
     from minispec.drafts.lookup import PromptLookupDraft
     from minispec.engine import Engine, Request
     from minispec.model.load import load, resolve
+    from minispec.tools.vs_vllm import VsConfig
 
     model, _ = load(resolve("smollm2-135m-instruct"), dtype=torch.float32)
-    draft = PromptLookupDraft(*NGRAM, rule="vllm") if ngram else None  # vs-vllm's ngram setting
-    engine = Engine(model, draft, gamma=K, max_num_seqs=64, max_num_batched_tokens=2048, num_blocks=2048)
+    cfg = VsConfig()  # vs-vllm's ngram setting: its K, n-grams and lookup rule
+    draft = PromptLookupDraft(*cfg.ngram, rule=cfg.lookup_rule) if ngram else None
+    engine = Engine(model, draft, gamma=cfg.gamma, max_num_seqs=64, max_num_batched_tokens=2048, num_blocks=2048)
 
     def run(n=new):
         outs = engine.run([Request(list(p), n, 0.0) for p in prompts])
@@ -61,13 +62,14 @@ def vllm_runner(prompts, new: int, ngram: bool):
 
     from minispec.model.load import resolve
     from minispec.tools.vllm_side import kv_bytes_per_token
+    from minispec.tools.vs_vllm import VsConfig
+    from minispec.tools.vs_vllm_workload import vllm_spec
 
     path = resolve("smollm2-135m-instruct")
     engine = LLMEngine.from_engine_args(EngineArgs(
         model=str(path), dtype="float32", enforce_eager=True, max_num_seqs=64, max_num_batched_tokens=2048,
         kv_cache_memory_bytes=32768 * kv_bytes_per_token(path), enable_prefix_caching=False, max_model_len=2048,
-        speculative_config={"method": "ngram", "prompt_lookup_max": NGRAM[0], "prompt_lookup_min": NGRAM[1],
-                            "num_speculative_tokens": K} if ngram else None))
+        speculative_config=vllm_spec({"draft": None}, "ngram" if ngram else "plain", VsConfig(), None)))
     ids = iter(range(10**9))
 
     def run(n=new):
@@ -144,8 +146,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--top", type=int, default=16)
-    ap.add_argument("--ngram", action="store_true", help=f"both engines with prompt lookup (K = {K}, n-grams "
-                    f"{NGRAM[0]}..{NGRAM[1]}) instead of plain decoding")
+    ap.add_argument("--ngram", action="store_true", help="both engines with prompt lookup as vs-vllm's ngram setting "
+                                                          "runs it (VsConfig's K, n-grams, rule), not plain decoding")
     ap.add_argument("--out", default=None, help="default results/cpu/decode_profile.txt (--ngram: "
                                                 "decode_profile_ngram.txt)")
     args = ap.parse_args()
@@ -164,23 +166,23 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from minispec.model.load import resolve
+    from minispec.tools.vs_vllm import VsConfig
     from minispec.tools.vs_vllm_workload import copy_prompts
 
     torch.set_num_threads(args.threads)
     prompts = copy_prompts(AutoTokenizer.from_pretrained(str(resolve("smollm2-135m-instruct"))), args.batch, (40, 100),
                            seed=6)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    how = f", prompt lookup (K = {K})" if args.ngram else ""
+    how = f", prompt lookup (K = {VsConfig().gamma})" if args.ngram else ""
     lines = [f"# SmolLM2-135M float32, a static batch of {args.batch} prompts of 40-100 tokens, {args.new} greedy "
              f"tokens each{how}: both engines in one process under torch.profiler (commit {commit}, "
-             f"{platform.machine()}, "
-             f"{args.threads} threads bound to CPUs {cpus}, torch {torch.__version__}, load average before "
-             f"{os.getloadavg()[0]:.1f})", ""]
+             f"{platform.machine()}, {args.threads} threads bound to CPUs {cpus}, torch {torch.__version__}, load "
+             f"average before {os.getloadavg()[0]:.1f})", ""]
     runs = {"vLLM (in-process, eager)": vllm_runner(prompts, args.new, args.ngram),
             "minispec": minispec_runner(prompts, args.new, args.ngram)}
     torch.set_num_threads(args.threads)  # vLLM's worker set its own binding when it started
     times, tokens = timed(runs, args.rounds)
-    (vname, vt), (mname, mt) = times.items()
+    vt, mt = times.values()
     ratio = [(v[2] / m[2], v[1] / m[1]) for v, m in zip(vt, mt)]  # each round's vLLM / minispec time: the same tokens
     for name, run in runs.items():
         lines += profiled(run, name, times[name], args.top) + [""]
