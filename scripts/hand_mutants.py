@@ -242,6 +242,10 @@ MUTANTS = {
     "engine runner: a plain step's rows split by length even where read sparse (more calls, no padding saved)": (
         "minispec/engine/runner.py", "if reads_sparse(self.runner.attention, pool, width):", "if False:",
         [WORK, "-k", "one_sparse_group"], engine("None")),
+    "loop: an all-greedy chain verified from one-hots (B, 1 + gamma, V), not its argmaxes (engine and loop)": (
+        "minispec/speculative/loop.py", "return Argmax(top) if proposal.tree is None and rule is accept_reject else",
+        "return one_hot(top, logits.shape[-1]) if True else", ["tests/engine/test_engine_step.py", "-k", "argmaxes"],
+        engine("minispec.PromptLookupDraft()")),
     "engine runner: a static tree drafts a lone greedy row with the sampled rows (its children from a one-hot q)": (
         "minispec/engine/runner.py", "and 0 < sum(greedy) < len(rows)):", "and 1 < sum(greedy) < len(rows)):",
         ["tests/engine/test_engine_step.py", "-k", "one_greedy_row"], engine(TREE)),

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 import torch
 
 from minispec.decoding.plain import DecodeState
-from minispec.decoding.sampling import Argmax, PointMass, RowParams, Sampler, argmax, one_hot, probabilities, proposed
+from minispec.decoding.sampling import PointMass, RowParams, Sampler, argmax, probabilities, proposed
 from minispec.decoding.timing import PhaseTimer
 from minispec.decoding.tree import tree_mask
 from minispec.drafts.base import Draft, Proposal
@@ -41,8 +41,7 @@ from minispec.engine.paged import PagedPool
 from minispec.engine.request import Sequence
 from minispec.engine.scheduler import StepPlan
 from minispec.model.llama import Model, attention_masks
-from minispec.speculative.loop import accept
-from minispec.speculative.rule import accept_reject
+from minispec.speculative.loop import accept, target_p
 
 
 @dataclass
@@ -258,12 +257,7 @@ class _Decoding:
                 self.run.skipped(feats)
             self.accepted = self.offered = torch.zeros_like(st.total)  # (B,)
         else:
-            if sampler.params.greedy:  # every row greedy: p is each query's one-hot, from the pass's own argmax (M,)
-                top = argmax(logits)[self.query]  # (B, 1 + T) no padding's logits copied
-                chain = self.proposal.tree is None and rule is accept_reject  # the rule that reads argmaxes
-                p = Argmax(top) if chain else one_hot(top, logits.shape[-1])  # (B, 1 + T) or (B, 1 + T, V)
-            else:
-                p = probabilities(logits[self.query], sampler.params)  # (B, 1 + T, V)
+            p = target_p(logits, sampler.params, self.proposal, rule, self.query)  # (B, 1 + T, V) or Argmax
             view = runner.pool.view(self.tables, self.root)
             path, _ = accept(self.proposal, p, feats, self.run, st, sampler, rule, lambda path: view.compact(
                 self.root, path))

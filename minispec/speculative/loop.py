@@ -24,7 +24,16 @@ from minispec.decoding.plain import (
     first_token,
     prefill,
 )
-from minispec.decoding.sampling import Sampler, SamplingParams, probabilities, proposed
+from minispec.decoding.sampling import (
+    Argmax,
+    RowParams,
+    Sampler,
+    SamplingParams,
+    argmax,
+    one_hot,
+    probabilities,
+    proposed,
+)
 from minispec.decoding.stats import Timeline
 from minispec.decoding.timing import PhaseTimer
 from minispec.decoding.tree import tree_mask
@@ -55,11 +64,25 @@ def speculative_step(target: Model, t_cache, run: DraftRun, state: DecodeState, 
         mask = None if proposal.tree is None else tree_mask(proposal.tree, root)
         out = target(torch.cat([state.last(1), proposal.x], 1), t_cache, tree=mask, features=run.features)
         logits, h = out if run.features else (out, None)  # (B, T+1, V), (B, T+1, F)
-        p = probabilities(logits, sampler.params)  # (B, T+1, V)
+        p = target_p(logits, sampler.params, proposal, rule)  # (B, T+1, V), or Argmax (B, T+1)
     with timer("accept"):
         path, rank = accept(proposal, p, h, run, state, sampler, rule, lambda path: t_cache.compact(root, path))
         t_cache.rollback(state.total - 1)  # keep what was accepted; finished rows stay put
     return path, rank, proposed(proposal.q).sum(1)
+
+
+def target_p(logits: torch.Tensor, params: SamplingParams | RowParams, proposal: Proposal, rule,
+             at: torch.Tensor | None = None) -> torch.Tensor | Argmax:
+    """The target's p for the accept rule, from the pass's logits (..., V), read at ``at`` (B, T+1) of logits (M, V)
+    where given (the engine's flattened pass), else all of them (B, T+1, V). Rows that are all greedy on a chain that
+    :func:`accept_reject` verifies: their argmaxes (:class:`~minispec.decoding.sampling.Argmax`, no one-hot; the
+    rule compares tokens); greedy otherwise (a tree, another rule): the one-hots; else :func:`probabilities`. The
+    argmax is taken before ``at`` reads it, so no row of logits is copied."""
+    if not params.greedy:
+        return probabilities(logits if at is None else logits[at], params)  # (B, T+1, V)
+    top = argmax(logits)  # (..., ) each position's argmax
+    top = top if at is None else top[at]  # (B, T+1)
+    return Argmax(top) if proposal.tree is None and rule is accept_reject else one_hot(top, logits.shape[-1])
 
 
 def accept(proposal: Proposal, p: torch.Tensor, h: torch.Tensor | None, run: DraftRun, state: DecodeState,

@@ -11,6 +11,8 @@ from minispec.engine.attention import PagedStep, _block_mask, group
 from minispec.engine.paged import PagedPool
 from minispec.model.load import sample_text
 from minispec.roofline.policy import FixedPolicy
+from minispec.speculative import loop
+from minispec.speculative.rule import accept_reject
 
 
 @pytest.fixture(scope="module")
@@ -184,6 +186,32 @@ def test_a_chain_is_cut_to_fit_the_token_budget_instead_of_waiting(pair):
     three = [i for i, b in enumerate(s.batch_per_step) if b == 3]
     assert three and all(s.tokens_per_step[i] == 12 for i in three)  # 5 + 5 + 2: the third row does not wait
     assert [o.tokens for o in outs] == minispec.generate(target, short, 24).tokens
+
+
+@pytest.mark.parametrize("where", ["engine", "loop"])
+def test_greedy_chains_hand_the_rule_argmaxes_and_sampled_rows_dense_p(pair, where, monkeypatch):
+    """The engine and the static loop give :func:`accept_reject` an all-greedy chain's argmaxes (Argmax: no
+    (B, 1 + gamma, V) one-hots written and read each step) and a batch with a sampled row its dense p; the greedy
+    tokens are plain greedy decoding's."""
+    target, draft, prompts = pair
+    seen = []
+
+    def spy(p, *rest):  # accept_reject itself, which the loop recognises by identity: patched where it looks
+        seen.append(type(p).__name__)
+        return accept_reject(p, *rest)
+
+    monkeypatch.setattr(loop, "accept_reject", spy)
+    for temperatures in ([0.0] * 3, [0.0, 0.8, 0.0]):
+        seen.clear()
+        if where == "engine":
+            out = [o.tokens for o in Engine(target, draft, gamma=4, rule=spy).run(
+                [Request(p, 16, t) for p, t in zip(prompts, temperatures)])]
+        else:
+            out = minispec.speculative_generate(target, draft, prompts[:3], gamma=4, max_new_tokens=16, rule=spy,
+                                                temperature=max(temperatures), seed=0).tokens
+        assert seen and set(seen) == {"Argmax" if max(temperatures) == 0 else "Tensor"}
+        if max(temperatures) == 0:
+            assert out == minispec.generate(target, prompts[:3], 16).tokens
 
 
 def test_acceptance_counts_stop_at_an_eos(pair):
