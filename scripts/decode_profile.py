@@ -36,16 +36,14 @@ ATTENTION = {  # minispec: the KV write and the sparse products (aten::addmm is 
 SHORT = 8  # tokens a request in the run whose profile is subtracted: its prefill steps and a few decode steps
 
 
-def minispec_runner(prompts, new: int, ngram: bool):
+def minispec_runner(prompts, new: int, ngram: bool, cfg):
     import torch
 
     from minispec.drafts.lookup import PromptLookupDraft
     from minispec.engine import Engine, Request
     from minispec.model.load import load, resolve
-    from minispec.tools.vs_vllm import VsConfig
 
     model, _ = load(resolve("smollm2-135m-instruct"), dtype=torch.float32)
-    cfg = VsConfig()  # vs-vllm's ngram setting: its K, n-grams and lookup rule
     draft = PromptLookupDraft(*cfg.ngram, rule=cfg.lookup_rule) if ngram else None
     engine = Engine(model, draft, gamma=cfg.gamma, max_num_seqs=64, max_num_batched_tokens=2048, num_blocks=2048)
 
@@ -55,21 +53,20 @@ def minispec_runner(prompts, new: int, ngram: bool):
     return run
 
 
-def vllm_runner(prompts, new: int, ngram: bool):
+def vllm_runner(prompts, new: int, ngram: bool, cfg):
     from vllm import EngineArgs, SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.v1.engine.llm_engine import LLMEngine
 
     from minispec.model.load import resolve
     from minispec.tools.vllm_side import kv_bytes_per_token
-    from minispec.tools.vs_vllm import VsConfig
     from minispec.tools.vs_vllm_workload import vllm_spec
 
     path = resolve("smollm2-135m-instruct")
     engine = LLMEngine.from_engine_args(EngineArgs(
         model=str(path), dtype="float32", enforce_eager=True, max_num_seqs=64, max_num_batched_tokens=2048,
         kv_cache_memory_bytes=32768 * kv_bytes_per_token(path), enable_prefix_caching=False, max_model_len=2048,
-        speculative_config=vllm_spec({"draft": None}, "ngram" if ngram else "plain", VsConfig(), None)))
+        speculative_config=vllm_spec({"draft": None}, "ngram" if ngram else "plain", cfg, None)))
     ids = iter(range(10**9))
 
     def run(n=new):
@@ -173,13 +170,14 @@ def main() -> None:
     prompts = copy_prompts(AutoTokenizer.from_pretrained(str(resolve("smollm2-135m-instruct"))), args.batch, (40, 100),
                            seed=6)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    how = f", prompt lookup (K = {VsConfig().gamma})" if args.ngram else ""
+    cfg = VsConfig()  # vs-vllm's ngram setting, for both engines: its K, n-grams and lookup rule
+    how = f", prompt lookup (K = {cfg.gamma})" if args.ngram else ""
     lines = [f"# SmolLM2-135M float32, a static batch of {args.batch} prompts of 40-100 tokens, {args.new} greedy "
              f"tokens each{how}: both engines in one process under torch.profiler (commit {commit}, "
              f"{platform.machine()}, {args.threads} threads bound to CPUs {cpus}, torch {torch.__version__}, load "
              f"average before {os.getloadavg()[0]:.1f})", ""]
-    runs = {"vLLM (in-process, eager)": vllm_runner(prompts, args.new, args.ngram),
-            "minispec": minispec_runner(prompts, args.new, args.ngram)}
+    runs = {"vLLM (in-process, eager)": vllm_runner(prompts, args.new, args.ngram, cfg),
+            "minispec": minispec_runner(prompts, args.new, args.ngram, cfg)}
     torch.set_num_threads(args.threads)  # vLLM's worker set its own binding when it started
     times, tokens = timed(runs, args.rounds)
     vt, mt = times.values()

@@ -85,8 +85,8 @@ def test_q_past_the_draft_is_zero_and_only_proposed_positions_count():
 def test_greedy_argmaxes_accept_and_draw_what_the_one_hots_do():
     """Rows that are all greedy hand the rule their argmaxes (Argmax) instead of one-hots (B, gamma+1, V): the same
     accepted prefix and token on random drafts that match the argmax for a while (and at the last token, past a
-    rejection), with positions that proposed
-    nothing (prompt lookup's short match), a dense q, ties in the logits (the first wins) and a 49,152 vocabulary."""
+    rejection), with positions that proposed nothing (prompt lookup's short match), a dense q, ties in the logits (the
+    first wins) and a 49,152 vocabulary."""
     g = torch.Generator().manual_seed(0)
     B, gamma, V = 64, 4, 49152
     logits = torch.randn(B, gamma + 1, V, generator=g)
