@@ -170,9 +170,12 @@ MUTANTS = {
         "minispec/engine/runner.py", "parts = by_length([S[r] for r in rows], group_cost(pool))",
         "parts = [(list(range(len(rows))), max(S[r] for r in rows))]", [WORK, "-k", "first_chunk"], engine(SMALL)),
     "engine runner: rows that feed no draft token padded to the drafts' 1 + T queries": (
-        "minispec/engine/runner.py", "for rows, width in ((roots, 1), (feeding, 1 + T)):",
-        "for rows, width in (([], 1), (list(range(len(self.rows))), 1 + T)):", [WORK, "-k", "feed_no_draft"],
+        "minispec/engine/runner.py", "sets = [(roots, 1), (feeding, 1 + T)]",
+        "sets = [([], 1), (list(range(len(self.rows))), 1 + T)]", [WORK, "-k", "feed_no_draft"],
         engine("minispec.PromptLookupDraft()")),
+    "engine runner: rows of one query kept apart from those that feed drafts where read sparse (two groups' calls)": (
+        "minispec/engine/runner.py", "if roots and feeding and reads_sparse(self.runner.attention, pool, 1):",
+        "if False:", [WORK, "-k", "feed_no_draft"], engine("minispec.PromptLookupDraft()")),
     "engine blocks: a new row placed at the start of the longest free run (its neighbour's growth room taken)": (
         "minispec/engine/blocks.py", "b = (run.start() + run.end()) // 2 if table or run.start() else 0",
         "b = run.start()", ["tests/engine/test_engine_parts.py", "-k", "grow_into"], engine(SMALL)),
@@ -240,7 +243,7 @@ MUTANTS = {
         "s.lag = run.lag + 1 if speculative else s.lag + 1", [WORK, "-k", "re_reads_no_more"],
         engine(EAGLE.format(""))),
     "engine runner: a plain step's rows split by length even where read sparse (more calls, no padding saved)": (
-        "minispec/engine/runner.py", "if reads_sparse(self.runner.attention, pool, width):", "if False:",
+        "minispec/engine/runner.py", "if reads_sparse(self.runner.attention, pool, fewest):", "if False:",
         [WORK, "-k", "one_sparse_group"], engine("None")),
     "loop: an all-greedy chain verified from one-hots (B, 1 + gamma, V), not its argmaxes (engine and loop)": (
         "minispec/speculative/loop.py", "return Argmax(top) if proposal.tree is None and rule is accept_reject else",

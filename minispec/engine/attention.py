@@ -14,7 +14,7 @@ How the keys and values are read is the ``attention`` backend (:data:`ATTENTION`
           reads it (the same one SDPA call, and no copy); a batch of one is always such a group, and so is a long
           prompt's later chunk (results/cpu/engine_auto.txt). On a CPU with a float32 pool a plain step's decoding
           rows are one group, read ``sparse`` (nothing padded, nothing copied; :func:`reads_sparse`), and so are a
-          speculative step's rows that feed no draft token (prompt lookup without a match: one query each); any other
+          speculative step's rows where one of them feeds no draft token (prompt lookup without a match); any other
           group, and a lone row that is not one run, is read as ``gather`` reads it
   gather  copy each row's blocks into a dense (R, K, S, D) tensor and call SDPA: the reference. The copy costs
           more than the attention that reads it: 20 of a 115 ms step of SmolLM2-135M's batch of 32 on 2 threads,
@@ -68,21 +68,25 @@ class Group(NamedTuple):
     fresh: slice | None = None  # a prompt's first chunk: its queries are the step's tokens [a, b) and its keys theirs
     spans: tuple = ()  # per row, (its first physical slot, its slots) where its slots are one run of the pool, or None
     tokens: slice | None = None  # where the real queries are the step's tokens [a, b), in order: dest as a slice
+    fewest: int = 1  # the fewest real queries a row of the group has (:func:`reads_sparse`)
 
 
 def group(query: torch.Tensor, valid: torch.Tensor, tables: torch.Tensor, masks: dict, block_size: int,
-          fresh: slice | None = None, spans: tuple = (), tokens: slice | None = None) -> Group:
+          fresh: slice | None = None, spans: tuple = (), tokens: slice | None = None,
+          fewest: int | None = None) -> Group:
     """A :class:`Group` of rows: their queries (R, T) and validity, block tables (R, nb) and masks over S slots
     (inside the tables: S <= nb x block_size, else ValueError);
     ``fresh``: the group is a prompt's first chunk, the step's tokens [a, b) (attended causally, nothing read);
     ``spans``: :func:`span` of each row (for ``views``); ``tokens``: the real queries are the step's tokens [a, b)
-    in order (the caller knows it on the host), so ``sparse`` reads them as a slice."""
+    in order (the caller knows it on the host), so ``sparse`` reads them as a slice; ``fewest``: the fewest real
+    queries a row has (the caller knows it on the host; default T, every query real)."""
     nb = -(-next(iter(masks.values())).shape[-1] // block_size)
     if nb > tables.shape[1]:
         raise ValueError(f"the masks read {nb} blocks a row but the tables hold {tables.shape[1]}")
     flat = valid.flatten()  # (R T,)
     blocks = tables[:, :nb].contiguous()  # (R, nb) once per step: every layer's copy flattens it, a view now
-    return Group(query, tables, masks, blocks, query.flatten()[flat], flat.nonzero()[:, 0], fresh, spans, tokens)
+    return Group(query, tables, masks, blocks, query.flatten()[flat], flat.nonzero()[:, 0], fresh, spans, tokens,
+                 query.shape[1] if fewest is None else fewest)
 
 
 def span(table: list[int], slots: int, block_size: int) -> tuple[int, int] | None:
@@ -112,18 +116,20 @@ def by_length(S: list[int], cost: int) -> list[tuple[list[int], int]]:
     return groups[::-1]
 
 
-def reads_sparse(attention: str, pool: PagedPool, width: int) -> bool:
-    """Whether a group of several rows of ``width`` queries each is read by the sparse path (:meth:`PagedStep._sparse`):
-    always with ``sparse``; with ``auto`` where it measured faster than the copy, a plain step's rows (width 1) on a
-    CPU with a float32 or float64 pool (torch's CPU SDDMM takes no other dtype). A step whose decoding rows are read
-    sparse puts them in one group: the sparse path reads no padding. Through the engine on 2 threads
+def reads_sparse(attention: str, pool: PagedPool, fewest: int) -> bool:
+    """Whether a group of several rows, the fewest of whose real queries a row is ``fewest``, is read by the sparse
+    path (:meth:`PagedStep._sparse`): always with ``sparse``; with ``auto`` where it measured faster than the copy, on a
+    CPU with a float32 or float64 pool (torch's CPU SDDMM takes no other dtype), a group with a row of one query: a
+    plain step's rows, or a speculative step's where a row feeds no draft token (prompt lookup without a match). A step
+    whose decoding rows are read sparse puts them in one group: the sparse path reads no padding, so a row of one query
+    beside rows of 1 + 4 costs its one (results/cpu/engine_merged.txt). Through the engine on 2 threads
     (results/cpu/engine_sparse.txt) it served plain steps 1.11-1.30x as fast as the gather; a speculative step's
     1 + 4 queries a row 1.03x for SmolLM2's batch of 32 with prompt lookup but 0.93x for the embedded pair's 8 with its
     draft model, whose small copies cost less than the sparse calls. One layer alone (engine_attention.txt): 5 queries
     a row at 2,048 slots read sparse in 0.6-0.8x the gather's time, at 256 slots in 1.1-1.5x; pass
     ``attention="sparse"`` for long-context speculation."""
     fits = pool.k.device.type == "cpu" and pool.k.dtype in (torch.float32, torch.float64)
-    return attention == "sparse" or (attention == "auto" and fits and width == 1)
+    return attention == "sparse" or (attention == "auto" and fits and fewest == 1)
 
 
 def group_cost(pool: PagedPool) -> int:
@@ -184,8 +190,7 @@ class PagedStep:
         """Whether group ``g`` (not a first chunk) is read by :meth:`_sparse`: with ``sparse``, every one; with
         ``auto``, a group of several rows where :func:`reads_sparse` says so (a lone row, SDPA over its view or its
         copy, was 4-7x faster than the sparse products in a microbenchmark here)."""
-        R, T = g.query.shape
-        return self.attention == "sparse" or (R > 1 and reads_sparse(self.attention, self.pool, T))
+        return self.attention == "sparse" or (len(g.query) > 1 and reads_sparse(self.attention, self.pool, g.fewest))
 
     def _auto(self, layer, q, g, window, i):
         """The default: a group of one row whose blocks are one run is read in place (``views``: the same one SDPA

@@ -212,10 +212,11 @@ class _Decoding:
 
     def groups(self, block_size: int, windows) -> list:
         """The rows' attention groups. A row that feeds no draft token (prompt lookup without a match) has one query,
-        not 1 + T: such rows are grouped apart from those that feed draft tokens, so their queries are not padded to
-        1 + T (and on a CPU they are read as a plain step's rows are, :func:`reads_sparse`). Within each, rows of
-        similar length go together (:func:`by_length`), so that a short row's keys and values are not padded to the
-        longest row's."""
+        not 1 + T. Where the sparse path reads such rows (:func:`reads_sparse`: on a CPU, a float32 pool) every row is
+        one group: it reads only real queries, so nothing is padded to 1 + T, and one group's calls a layer replace
+        two (results/cpu/engine_merged.txt). Elsewhere such rows are grouped apart from those that feed draft tokens,
+        so their queries are not padded to 1 + T, and rows of similar length go together (:func:`by_length`), so that a
+        short row's keys and values are not padded to the longest row's."""
         T = self.tokens.shape[1] - 1
         S = [s.num_tokens + f for s, f in zip(self.rows, self.fed)]  # each row's slots to read: its tokens and the
         #   draft tokens it feeds, all inside its blocks
@@ -224,10 +225,14 @@ class _Decoding:
         pool, out = self.runner.pool, []
         roots = [r for r, f in enumerate(self.fed) if f == 0]  # rows whose one query is their root
         feeding = [r for r, f in enumerate(self.fed) if f > 0]
-        for rows, width in ((roots, 1), (feeding, 1 + T)):
+        sets = [(roots, 1), (feeding, 1 + T)]
+        if roots and feeding and reads_sparse(self.runner.attention, pool, 1):
+            sets = [(list(range(len(self.rows))), 1 + T)]  # every row, read sparse: one group
+        for rows, width in sets:
             if not rows:
                 continue
-            if reads_sparse(self.runner.attention, pool, width):  # no padding read: the rows one group
+            fewest = 1 + min(self.fed[r] for r in rows)  # the fewest real queries a row of the set has
+            if reads_sparse(self.runner.attention, pool, fewest):  # no padding read: the rows one group
                 parts = [(rows, max(S[r] for r in rows))]
             else:
                 parts = by_length([S[r] for r in rows], group_cost(pool))
@@ -236,7 +241,7 @@ class _Decoding:
                 i = torch.tensor(part, device=self.new.device)  # (R,)
                 out.append(group(self.query[i, :width], self.valid[i, :width], self.tables[i],
                                  {w: m[i, :, :width, :longest] for w, m in masks.items()}, block_size,
-                                 spans=tuple(spans[r] for r in part),
+                                 spans=tuple(spans[r] for r in part), fewest=fewest,
                                  tokens=slice(self.base, self.base + self.n) if part == list(range(len(self.rows)))
                                  else None))  # every row, in order: the real queries are the pass's tokens
         return out

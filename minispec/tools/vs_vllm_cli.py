@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import time
@@ -164,8 +163,8 @@ def from_args(args, progress=print) -> str:
             raise ValueError(f"--from-jsonl {args.from_jsonl}: no such file")
         return redraw(args.from_jsonl)
     cfg, out = cli_config(args)
-    t0 = time.perf_counter()
+    t0, wall = time.perf_counter(), time.time()
     rows = run(cfg, out, progress)
-    drawn = importlib.util.find_spec("matplotlib") is not None  # report.write draws the plot where it imports
-    return report.text(rows, cfg) + (f"({time.perf_counter() - t0:.0f} s; written to {out}.jsonl, .txt"
-                                     f"{', .png' if drawn else ''})")
+    written = [s for s in (".jsonl", ".txt", ".png")  # the plot only where matplotlib imports: what is on disk says
+               if (f := Path(out).with_suffix(s)).is_file() and f.stat().st_mtime >= wall]
+    return report.text(rows, cfg) + f"({time.perf_counter() - t0:.0f} s; written to {out}{', '.join(written)})"

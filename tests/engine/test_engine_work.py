@@ -117,27 +117,37 @@ def test_a_plain_steps_rows_are_one_sparse_group_read_as_the_passs_tokens(code_p
     assert all(reads)  # of the pass's queries in place (a view of the layer's q), not gathered
 
 
-def test_rows_that_feed_no_draft_token_are_attended_with_one_query_not_padded_to_the_drafts(code_pair, passes):
-    """Prompt lookup proposes nothing for a row without a match. That row's one query (its root) is attended apart
-    from the rows that feed draft tokens, not padded to their 1 + T queries: in every group of several queries a row,
-    each row has draft tokens of its own, and the rows without are one group of one query a row, read as a plain
-    step's rows are. Steps of both kinds of rows happen, and the tokens are the target's."""
+@pytest.mark.parametrize("attention", ["auto", "gather"])
+def test_rows_that_feed_no_draft_token_are_attended_with_one_query_not_padded_to_the_drafts(code_pair, attention,
+                                                                                           monkeypatch):
+    """Prompt lookup proposes nothing for a row without a match. That row's one query (its root) is never attended
+    padded to the 1 + T queries of the rows that feed draft tokens. ``auto`` on this CPU (float32 pool): a step with
+    such a row reads all its decoding rows as one group by the sparse path, which computes each row's real queries
+    only (one here, five there: no padding, and one group's calls a layer instead of two). ``gather``: such rows are
+    one group of one query a row, and every group of several queries a row has only rows with draft tokens of their
+    own. Steps of both kinds of rows happen, and the tokens are the target's."""
     target, _, _ = code_pair
     text = sample_text("code")
     prompts = [list(text[i: i + n]) for i, n in ((100, 60), (2000, 300), (5000, 40), (7000, 200), (9000, 120))]
-    outs = Engine(target, minispec.PromptLookupDraft(), gamma=4).run([Request(p, 24) for p in prompts])
+    steps = []
+    init = PagedStep.__init__
+    monkeypatch.setattr(PagedStep, "__init__", lambda self, *a, **k: steps.append(self) or init(self, *a, **k))
+    engine = Engine(target, minispec.PromptLookupDraft(), gamma=4, attention=attention)
+    outs = engine.run([Request(p, 24) for p in prompts])
     assert [o.tokens for o in outs] == minispec.generate(target, prompts, 24).tokens
     mixed = 0
-    for _, groups in passes:
-        widths = []
-        for g in groups:
-            if g.fresh is not None:
-                continue
-            R, W = g.query.shape
-            real = (g.keep // W).bincount(minlength=R)  # (R,) real queries of each row
-            assert W == 1 or bool((real >= 2).all()), "a row without draft tokens padded to the drafts' queries"
-            widths.append(W)
-        assert widths.count(1) <= 1  # the rows without draft tokens: one group (sparse: no padding to split)
+    for step in steps:
+        decoding = [g for g in step.groups if g.fresh is None and int(g.dest.max()) < step.decoding]  # not a chunk
+        rows = [(g.keep // g.query.shape[1]).bincount(minlength=len(g.query)) for g in decoding]  # real queries a row
+        one = [bool((r == 1).any()) for r in rows]  # the group has a row of one query (its root)
+        if attention == "auto" and any(one):  # all the step's decoding rows, one group, read sparse
+            assert len(decoding) == 1 and step.sparse(decoding[0]), "rows of one query not read sparse, as one group"
+            mixed += bool((rows[0] > 1).any())
+            continue
+        for g, r in zip(decoding, rows):
+            assert g.query.shape[1] == 1 or bool((r >= 2).all()), "a row without draft tokens padded to the drafts'"
+        widths = [g.query.shape[1] for g in decoding]
+        assert widths.count(1) <= 1  # the rows without draft tokens: one group
         mixed += 1 in widths and max(widths, default=1) > 1
     assert mixed >= 3
 
