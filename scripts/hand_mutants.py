@@ -258,8 +258,8 @@ MUTANTS = {
     "engine attention: a plain step's real queries gathered by index, not read as the pass's slice": (
         "minispec/engine/attention.py", "at = g.dest if g.tokens is None else g.tokens", "at = g.dest",
         [WORK, "-k", "one_sparse_group"], engine("None")),
-    "engine attention: auto reads a speculative step's rows sparse (slower than copying them)": (
-        "minispec/engine/attention.py", "(attention == \"auto\" and fits and width == 1)",
+    "engine attention: auto reads rows that all feed drafts sparse (slower than copying them)": (
+        "minispec/engine/attention.py", "(attention == \"auto\" and fits and fewest == 1)",
         "(attention == \"auto\" and fits)", ["tests/engine/test_engine_step.py", "-k", "plain_steps_rows_sparse"],
         engine(SMALL)),
     "engine attention: the sparse softmax takes no max out (exp overflows on large scores)": (
