@@ -427,25 +427,28 @@ def test_auto_reads_a_lone_one_run_row_in_place_and_copies_a_group_of_rows():
 
 
 def test_auto_reads_a_plain_steps_rows_sparse_on_a_cpu_float32_pool_only():
-    """Where ``auto`` reads a group sparse: several rows of one query each (a plain step), on this CPU, in a float32
-    pool; not a lone row, not a speculative step's rows, not a bf16 pool (torch's CPU SDDMM takes no other dtype).
-    ``sparse`` reads every group so."""
+    """Where ``auto`` reads a group sparse: several rows of which one has a single query (a plain step; a speculative
+    step with a row that feeds no draft token), on this CPU, in a float32 pool; not a lone row, not rows that all
+    feed draft tokens, not a bf16 pool (torch's CPU SDDMM takes no other dtype). ``sparse`` reads every group so."""
     from minispec.engine.attention import reads_sparse
 
     bs, S = 4, 8
     tables = torch.tensor([[3, 4], [9, 1]])  # (R, nb)
     pools = {dt: PagedPool(1, num_blocks=12, block_size=bs, kv_heads=1, head_dim=8, dtype=dt)
              for dt in (torch.float32, torch.bfloat16)}
-    for R, T, dtype, attention, want in [(2, 1, torch.float32, "auto", True), (1, 1, torch.float32, "auto", False),
-                                         (2, 2, torch.float32, "auto", False), (2, 1, torch.bfloat16, "auto", False),
-                                         (2, 1, torch.float32, "gather", False), (1, 2, torch.float32, "sparse", True)]:
+    for R, T, fewest, dtype, attention, want in [
+            (2, 1, 1, torch.float32, "auto", True), (1, 1, 1, torch.float32, "auto", False),
+            (2, 2, 2, torch.float32, "auto", False), (2, 2, 1, torch.float32, "auto", True),
+            (2, 1, 1, torch.bfloat16, "auto", False), (2, 1, 1, torch.float32, "gather", False),
+            (1, 2, 2, torch.float32, "sparse", True)]:
         masks = {None: torch.ones(R, 1, T, S, dtype=torch.bool)}
-        g = group(torch.arange(R * T).view(R, T), torch.ones(R, T, dtype=torch.bool), tables[:R], masks, bs)
+        valid = torch.arange(T) < torch.tensor([T, fewest][:R])[:, None]  # (R, T) row 1 has ``fewest`` real queries
+        g = group(torch.arange(R * T).view(R, T), valid, tables[:R], masks, bs, fewest=fewest)
         step = PagedStep(pools[dtype], torch.zeros(1, R * T, dtype=torch.long), torch.zeros(R * T, dtype=torch.long),
                          [g], attention)
-        assert step.sparse(g) == want, (R, T, dtype, attention)
-        assert reads_sparse(attention, pools[dtype], T) == (want or R == 1 and attention == "auto"
-                                                            and T == 1 and dtype == torch.float32)
+        assert step.sparse(g) == want, (R, T, fewest, dtype, attention)
+        assert reads_sparse(attention, pools[dtype], fewest) == (want or R == 1 and attention == "auto"
+                                                                 and fewest == 1 and dtype == torch.float32)
 
 
 @pytest.mark.parametrize("T, window, K", [(1, None, 3), (2, None, 1), (3, None, 2), (3, 5, 2)])
