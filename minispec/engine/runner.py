@@ -214,9 +214,9 @@ class _Decoding:
         """The rows' attention groups. A row that feeds no draft token (prompt lookup without a match) has one query,
         not 1 + T. Where the sparse path reads such rows (:func:`reads_sparse`: on a CPU, a float32 pool) every row is
         one group: it reads only real queries, so nothing is padded to 1 + T, and one group's calls a layer replace
-        two (results/cpu/engine_merged.txt). Elsewhere such rows are grouped apart from those that feed draft tokens,
-        so their queries are not padded to 1 + T, and rows of similar length go together (:func:`by_length`), so that a
-        short row's keys and values are not padded to the longest row's."""
+        those of 2-5 (results/cpu/engine_merged.txt). Elsewhere such rows are grouped apart from those that feed
+        draft tokens, so their queries are not padded to 1 + T, and rows of similar length go together
+        (:func:`by_length`), so that a short row's keys and values are not padded to the longest row's."""
         T = self.tokens.shape[1] - 1
         S = [s.num_tokens + f for s, f in zip(self.rows, self.fed)]  # each row's slots to read: its tokens and the
         #   draft tokens it feeds, all inside its blocks
