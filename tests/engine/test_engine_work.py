@@ -26,13 +26,14 @@ COUNTERS = ("num_drafts", "draft_tokens", "accepted_tokens", "tested_tokens", "a
 
 @pytest.fixture
 def passes(monkeypatch):
-    """Every target pass the engine runs: its attention groups and the number of tokens it reads."""
+    """Every target pass the engine runs, its :class:`PagedStep`: its attention groups (``groups``), the slots of the
+    tokens it reads (``slots``) and, once the runner sets it, how many of them are decoding rows' (``decoding``)."""
     log = []
 
     class Recorded(PagedStep):
-        def __init__(self, pool, positions, slots, groups, *args, **kw):
-            super().__init__(pool, positions, slots, groups, *args, **kw)
-            log.append((len(slots), groups))
+        def __init__(self, *args, **kw):
+            super().__init__(*args, **kw)
+            log.append(self)
 
     monkeypatch.setattr(runner_module, "PagedStep", Recorded)
     return log
@@ -65,7 +66,7 @@ def test_the_target_reads_only_the_tokens_a_step_verifies(code_pair, passes):
     outs = engine.run([Request(p, 32) for p in prompts])
     s = engine.stats
     assert s.preemptions == 0 and s.draft_tokens < 4 * s.num_drafts  # some drafts were short
-    assert sum(n for n, _ in passes) == sum(map(len, prompts)) + sum(s.batch_per_step) + s.draft_tokens
+    assert sum(len(p.slots) for p in passes) == sum(map(len, prompts)) + sum(s.batch_per_step) + s.draft_tokens
     assert [o.tokens for o in outs] == minispec.generate(target, prompts, 32).tokens
 
 
@@ -80,10 +81,10 @@ def test_a_prompts_first_chunk_attends_to_itself_and_short_rows_are_not_padded_t
     engine = Engine(target, draft, gamma=4, attention="gather")  # the copying paths' groups (sparse reads no padding)
     outs = engine.run([Request(p, 16) for p in prompts])
     assert [o.tokens for o in outs] == minispec.generate(target, prompts, 16).tokens
-    assert all(g.fresh is not None for g in passes[0][1])  # the first step: three whole prompts, nothing read
+    assert all(g.fresh is not None for g in passes[0].groups)  # the first step: three whole prompts, nothing read
     assert 460 - 30 > group_cost(engine.runner.pool)  # padding a short row to the long one costs more than a group
     together = 0
-    for _, groups in passes[1:]:
+    for groups in [p.groups for p in passes[1:]]:
         read = [g.masks[None].shape[::3] for g in groups if g.fresh is None]  # (R, S) each: R rows read S slots each
         # no slot read for nothing: each group's last slot is its longest row's last draft token's (all 4 are fed)
         assert all(g.masks[None][..., -1].any() for g in groups if g.fresh is None)
@@ -109,7 +110,7 @@ def test_a_plain_steps_rows_are_one_sparse_group_read_as_the_passs_tokens(code_p
         a[1].untyped_storage().data_ptr() == passed[-1].data_ptr()) or sparse(self, *a))
     outs = Engine(target).run([Request(p, 8) for p in prompts])
     assert [o.tokens for o in outs] == minispec.generate(target, prompts, 8).tokens
-    decoding = [[g for g in groups if g.fresh is None] for _, groups in passes[1:]]
+    decoding = [[g for g in p.groups if g.fresh is None] for p in passes[1:]]
     assert decoding and all(len(gs) == 1 for gs in decoding)  # one group a step
     for (g,) in decoding:
         assert g.tokens == slice(0, len(g.query)) and g.query.shape[1] == 1  # the pass's first tokens, in order
@@ -118,25 +119,22 @@ def test_a_plain_steps_rows_are_one_sparse_group_read_as_the_passs_tokens(code_p
 
 
 @pytest.mark.parametrize("attention", ["auto", "gather"])
-def test_rows_that_feed_no_draft_token_are_attended_with_one_query_not_padded_to_the_drafts(code_pair, attention,
-                                                                                           monkeypatch):
+def test_rows_that_feed_no_draft_token_are_attended_with_one_query_not_padded_to_the_drafts(code_pair, passes,
+                                                                                           attention):
     """Prompt lookup proposes nothing for a row without a match. That row's one query (its root) is never attended
     padded to the 1 + T queries of the rows that feed draft tokens. ``auto`` on this CPU (float32 pool): a step with
     such a row reads all its decoding rows as one group by the sparse path, which computes each row's real queries
-    only (one here, five there: no padding, and one group's calls a layer instead of two). ``gather``: such rows are
+    only (one here, five there: no padding, and one group's calls a layer instead of several). ``gather``: such rows are
     one group of one query a row, and every group of several queries a row has only rows with draft tokens of their
     own. Steps of both kinds of rows happen, and the tokens are the target's."""
     target, _, _ = code_pair
     text = sample_text("code")
     prompts = [list(text[i: i + n]) for i, n in ((100, 60), (2000, 300), (5000, 40), (7000, 200), (9000, 120))]
-    steps = []
-    init = PagedStep.__init__
-    monkeypatch.setattr(PagedStep, "__init__", lambda self, *a, **k: steps.append(self) or init(self, *a, **k))
     engine = Engine(target, minispec.PromptLookupDraft(), gamma=4, attention=attention)
     outs = engine.run([Request(p, 24) for p in prompts])
     assert [o.tokens for o in outs] == minispec.generate(target, prompts, 24).tokens
     mixed = 0
-    for step in steps:
+    for step in passes:
         decoding = [g for g in step.groups if g.fresh is None and int(g.dest.max()) < step.decoding]  # not a chunk
         rows = [(g.keep // g.query.shape[1]).bincount(minlength=len(g.query)) for g in decoding]  # real queries a row
         one = [bool((r == 1).any()) for r in rows]  # the group has a row of one query (its root)
@@ -177,7 +175,7 @@ def test_each_pass_reads_the_tokens_its_plan_budgeted_where_drafts_are_cut_to_fi
     engine = Engine(target, small, gamma=4, max_num_batched_tokens=18)
     outs = engine.run([Request(p, 24, temperature, seed=i) for i, p in enumerate(prompts)])
     s = engine.stats
-    assert [n for n, _ in passes] == s.tokens_per_step and max(s.tokens_per_step) == 18
+    assert [len(p.slots) for p in passes] == s.tokens_per_step and max(s.tokens_per_step) == 18
     assert s.draft_tokens < 4 * s.num_drafts  # some drafts were cut (the draft model always proposes 4)
     if not temperature:
         assert [o.tokens for o in outs] == minispec.generate(target, prompts, 24).tokens
@@ -195,8 +193,8 @@ def test_a_row_whose_draft_is_cut_reads_only_the_slots_it_feeds(code_pair, passe
     outs = engine.run([Request(p, n) for p, n in zip(prompts, max_new)])
     assert [o.tokens for o in outs] == [minispec.generate(target, [p], n).tokens[0] for p, n in zip(prompts, max_new)]
     cut = 0
-    for _, groups in passes:
-        decoding = [g for g in groups if g.fresh is None and g.query.shape[1] == 5]  # rows of a gamma-4 step
+    for p in passes:
+        decoding = [g for g in p.groups if g.fresh is None and g.query.shape[1] == 5]  # rows of a gamma-4 step
         # each group's last slot is seen by some query: no row reads slots past the tokens it feeds
         assert all(g.masks[None][..., -1].any() for g in decoding)
         cut += sum(int((g.query[:, 2:] == g.query[:, -1:]).all(1).sum()) for g in decoding)  # rows feeding <= 2
@@ -212,8 +210,8 @@ def test_a_step_whose_drafts_are_shorter_than_gamma_reads_no_slot_past_them(code
     outs = engine.run([Request(p + p[:24], 24) for p in prompts])  # the prompts repeat themselves: matches to draft
     assert [o.tokens for o in outs] == minispec.generate(target, [p + p[:24] for p in prompts], 24).tokens
     widths = []
-    for _, groups in passes:
-        for g in groups:
+    for p in passes:
+        for g in p.groups:
             if g.fresh is None:
                 widths.append(g.query.shape[1] - 1)  # the step's draft width
                 assert g.masks[None][..., -1].any()  # its last slot is seen by some query
