@@ -1,9 +1,11 @@
 """Where a decode step goes in each engine: SmolLM2-135M's decode-heavy static batch under ``torch.profiler``.
 
     . .venv-vllm/bin/activate   # vLLM and minispec
-    python scripts/decode_profile.py [--batch 32] [--new 96] [--rounds 4] [--threads 2] [--ngram] [--out FILE]
+    python scripts/decode_profile.py [--batch 32] [--prompts 40,100] [--new 96] [--rounds 4] [--threads 2] [--ngram]
+                                     [--out FILE]
 
-``--batch`` chat prompts of 40-100 tokens (vs-vllm's ``--lengths-smollm2 40,100,...``), ``--new`` greedy tokens each,
+``--batch`` chat prompts of ``--prompts`` tokens (default 40-100, vs-vllm's ``--lengths-smollm2 40,100,...``; 64,512 are
+vs-vllm's default workload's), ``--new`` greedy tokens each,
 EOS ignored, so nearly every step is a decode step of the whole batch; ``--ngram``: both with prompt lookup, as
 vs-vllm's ngram setting runs it. vLLM runs in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, enforce_eager, its
 OpenMP threads bound to the first ``--threads`` CPUs), so one profiler sees its scheduler, model runner and sampler as
@@ -139,6 +141,7 @@ def profiled(run, name: str, times: list, top: int) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--prompts", default="40,100", help="the prompts' fewest and most tokens, LO,HI")
     ap.add_argument("--new", type=int, default=96)
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--threads", type=int, default=2)
@@ -149,8 +152,13 @@ def main() -> None:
                                                 "decode_profile_ngram.txt)")
     args = ap.parse_args()
     out = args.out or f"results/cpu/decode_profile{'_ngram' if args.ngram else ''}.txt"
-    if min(args.batch, args.rounds, args.threads, args.top) < 1 or args.new <= 2 * SHORT:
-        raise SystemExit(f"--batch, --rounds, --threads and --top must be >= 1 and --new > {2 * SHORT}")
+    try:
+        lo, hi = map(int, args.prompts.split(","))
+    except ValueError:
+        lo = hi = 0
+    if min(args.batch, args.rounds, args.threads, args.top) < 1 or args.new <= 2 * SHORT or not 1 <= lo <= hi:
+        raise SystemExit(f"--batch, --rounds, --threads and --top must be >= 1, --new > {2 * SHORT} and --prompts "
+                         f"LO,HI with 1 <= LO <= HI, got {args.prompts!r}")
     from minispec.tools.vllm_side import VllmSettings
 
     cpus = sorted(os.sched_getaffinity(0))[: args.threads]
@@ -167,12 +175,12 @@ def main() -> None:
     from minispec.tools.vs_vllm_workload import copy_prompts
 
     torch.set_num_threads(args.threads)
-    prompts = copy_prompts(AutoTokenizer.from_pretrained(str(resolve("smollm2-135m-instruct"))), args.batch, (40, 100),
+    prompts = copy_prompts(AutoTokenizer.from_pretrained(str(resolve("smollm2-135m-instruct"))), args.batch, (lo, hi),
                            seed=6)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     cfg = VsConfig()  # vs-vllm's ngram setting, for both engines: its K, n-grams and lookup rule
     how = f", prompt lookup (K = {cfg.gamma})" if args.ngram else ""
-    lines = [f"# SmolLM2-135M float32, a static batch of {args.batch} prompts of 40-100 tokens, {args.new} greedy "
+    lines = [f"# SmolLM2-135M float32, a static batch of {args.batch} prompts of {lo}-{hi} tokens, {args.new} greedy "
              f"tokens each{how}: both engines in one process under torch.profiler (commit {commit}, "
              f"{platform.machine()}, {args.threads} threads bound to CPUs {cpus}, torch {torch.__version__}, load "
              f"average before {os.getloadavg()[0]:.1f})", ""]

@@ -263,7 +263,13 @@ MUTANTS = {
         "(attention == \"auto\" and fits)", ["tests/engine/test_engine_step.py", "-k", "plain_steps_rows_sparse"],
         engine(SMALL)),
     "engine attention: the sparse softmax takes no max out (exp overflows on large scores)": (
-        "minispec/engine/attention.py", "s.sub_(top.index_select(0, seg)).exp_()", "s.exp_()",
+        "minispec/engine/attention.py", "s.view(K, -1).sub_(s.view(K, -1).amax(1, keepdim=True)).exp_()", "s.exp_()",
+        ["tests/engine/test_engine_step.py", "-k", "sparse_reads"], engine("None")),
+    "engine attention: the sparse softmax never takes a query's own max out (its weights underflow to 0 / 0)": (
+        "minispec/engine/attention.py", "or bool((total < TINY).any())", "or False",
+        ["tests/engine/test_engine_step.py", "-k", "sparse_reads"], engine("None")),
+    "engine attention: the sparse softmax always takes each query's own max out (a scatter and a gather a layer)": (
+        "minispec/engine/attention.py", "if s.device.type != \"cpu\" or bool(", "if True or bool(",
         ["tests/engine/test_engine_step.py", "-k", "sparse_reads"], engine("None")),
     "engine draft model: a row's lag after a speculative step 3, not 2 (a true token re-read every step)": (
         "minispec/engine/drafting.py", "s.lag = 2 if speculative else s.lag + 1",

@@ -1,13 +1,16 @@
-"""One speculative step's target pass with its rows grouped two ways: this checkout's runner against another commit's.
+"""One speculative step's target pass two ways: this checkout's runner (or attention) against another commit's.
 
     git show 66d7cc6:minispec/engine/runner.py > /tmp/old_runner.py
     python scripts/step_groups.py --other /tmp/old_runner.py [--every 3] [--max 8] [--rounds 5] [--threads 2]
+    git show 6d5f894:minispec/engine/attention.py > /tmp/old_attention.py
+    python scripts/step_groups.py --attention /tmp/old_attention.py [...]
 
 SmolLM2-135M, vs-vllm's static batch of 32 with prompt lookup (K = 4), greedy, through the engine. At every
 ``--every``-th decode-only step of 28 rows or more, the step is captured and its target pass run ``--rounds`` times
 with each runner's attention groups (``_Decoding.groups`` of this checkout and of the other file, called on the same
 step), alternated, on the same pool, positions and slots: the pass writes the same keys and values again, so the
-rounds repeat one step. Prints each step's best time of each grouping and the sum over the steps. A benchmark:
+rounds repeat one step. ``--attention``: the same groups each time, attended by this checkout's ``PagedStep`` and by
+the other file's. Prints each step's best time of each grouping and the sum over the steps. A benchmark:
 read the ratio within its run.
 """
 
@@ -28,33 +31,37 @@ from minispec.tools.vs_vllm import VsConfig, served_by_minispec
 from minispec.tools.vs_vllm_workload import minispec_engines, static_jobs, workload
 
 
-def other_runner(path: str):
-    """The runner module in file ``path`` (another commit's ``minispec/engine/runner.py``)."""
-    spec = importlib.util.spec_from_file_location("other_runner", path)
+def other_module(path: str, name: str):
+    """The module in file ``path`` (another commit's ``minispec/engine/runner.py`` or ``attention.py``)."""
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
-    sys.modules["other_runner"] = module  # its dataclasses look their module up
+    sys.modules[name] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--other", required=True, help="another commit's minispec/engine/runner.py")
+    ap.add_argument("--other", help="another commit's minispec/engine/runner.py")
+    ap.add_argument("--attention", help="another commit's minispec/engine/attention.py (instead of --other)")
     ap.add_argument("--every", type=int, default=3)
     ap.add_argument("--max", type=int, default=8, help="steps measured at most")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
-    if not os.path.isfile(args.other):
-        raise SystemExit(f"--other: no file {args.other}")
-    other = other_runner(args.other)
+    path = args.other or args.attention
+    if (args.other is None) == (args.attention is None) or not os.path.isfile(path):
+        raise SystemExit(f"give one of --other and --attention, the path of a file (got {path!r})")
+    other = other_module(path, "other_runner" if args.other else "other_attention")
+    steps = {"this": attention.PagedStep, "other": attention.PagedStep if args.other else other.PagedStep}
     torch.set_num_threads(args.threads)
     w, cfg = workload("smollm2"), VsConfig()
     engine = minispec_engines(w, cfg, None)["ngram"]
     batch = static_jobs(w["prompts"], w["outputs"], 32, cfg, w["eos"])[0]
     model, forward = engine.runner.target, engine.runner.target.forward
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    print(f"# one step's target pass, this runner's groups (commit {commit}) against {args.other}'s; SmolLM2-135M, "
+    what = "runner's groups" if args.other else "attention"
+    print(f"# one step's target pass, this {what} (commit {commit}) against {path}'s; SmolLM2-135M, "
           f"static batch 32, prompt lookup; {platform.machine()}, {args.threads} threads, torch {torch.__version__}, "
           f"load average before {os.getloadavg()[0]:.1f}", flush=True)
     decs, seen, best, plans = [], [0], {"this": [], "other": []}, []
@@ -75,11 +82,12 @@ def main() -> None:
             if seen[0] % args.every == 0:
                 d, bs = decs[0], step.pool.block_size
                 d.k = plans[0].k  # one group of decoding rows: the plan's rows, in its order
-                groups = {"this": step.groups, "other": other._Decoding.groups(d, bs, model.windows)}
+                groups = {"this": step.groups,
+                          "other": other._Decoding.groups(d, bs, model.windows) if args.other else step.groups}
                 t = {k: [] for k in groups}
                 for _ in range(args.rounds):
                     for k, g in groups.items():
-                        s = attention.PagedStep(step.pool, step.positions, step.slots, g, step.attention)
+                        s = steps[k](step.pool, step.positions, step.slots, g, step.attention)
                         t0 = time.perf_counter()
                         forward(tokens, s, **kw)
                         t[k].append(time.perf_counter() - t0)

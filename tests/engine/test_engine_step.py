@@ -488,9 +488,22 @@ def test_sparse_reads_each_real_querys_own_slots_in_place_and_gives_the_gathers_
             out[a] = step.attend(0, q, k, v, window)[0]  # (H, N, D)
         assert (len(copies) == 0) == (a == "sparse"), (a, copies)
     torch.testing.assert_close(out["sparse"], out["gather"], rtol=1e-5, atol=1e-6)
-    big = {a: PagedStep(pool, new[valid][None], physical[valid], [g], a).attend(0, 300 * q, k, v, window)[0]
-           for a in ("gather", "sparse")}  # scores in the hundreds: exp of them overflows unless each max is taken out
-    torch.testing.assert_close(big["sparse"], big["gather"], rtol=1e-3, atol=1e-3)  # not NaN, not inf
+
+    def sparse(scale):  # sparse's output for the queries times ``scale``, and whether it took each query's largest out
+        scatters = []  # (a scatter finds each query's largest score)
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(torch.Tensor, "scatter_reduce_", lambda self, *a, _f=torch.Tensor.scatter_reduce_, _c=scatters:
+                       _c.append(1) or _f(self, *a))
+            y = PagedStep(pool, new[valid][None], physical[valid], [g], "sparse").attend(0, scale * q, k, v, window)
+        return y[0], bool(scatters)
+
+    y, own = sparse(1)
+    assert not own  # each KV head's largest score taken out: no query's scores underflow
+    torch.testing.assert_close(y, out["gather"], rtol=1e-5, atol=1e-6)
+    big, own = sparse(300)  # scores in the hundreds: exp overflows unless a max is taken out, and some queries' scores
+    assert own  # lie hundreds below their head's largest, so that each query's own largest is taken out
+    gather = PagedStep(pool, new[valid][None], physical[valid], [g], "gather").attend(0, 300 * q, k, v, window)[0]
+    torch.testing.assert_close(big, gather, rtol=1e-3, atol=1e-3)  # not NaN, not inf
     built = []  # the pattern is built once a step: a second layer finds it (nonzero is where it is built)
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(torch.Tensor, "nonzero", lambda self, *a, _f=torch.Tensor.nonzero: built.append(1) or _f(self, *a))
