@@ -267,9 +267,10 @@ class PagedStep:
 
         The softmax takes each KV head's largest score out of its scores, not each query's own: one pass over them
         where each query's needs a scatter and a gather (SmolLM2's batch of 32 with prompt lookup, prompts of 64-512
-        tokens: its target pass in 0.92x the time, 0.88-0.94x a step: results/cpu/engine_softmax.txt). The weights are the same up to float rounding, and exp cannot overflow.
-        A query whose scores all lie far below its head's largest would lose its weights to underflow; a denominator
-        under :data:`TINY` says it may have, and then the layer takes each query's own largest out, as SDPA does."""
+        tokens: its target pass in 0.92x the time, 0.88-0.94x a step: results/cpu/engine_softmax.txt). The weights
+        are the same up to float rounding, and exp cannot overflow. A query whose scores all lie far below its head's
+        largest would lose its weights to underflow; a denominator under :data:`TINY` says it may have, and then the
+        layer takes each query's own largest out, as SDPA does."""
         pk, pv = self.pool.k[layer], self.pool.v[layer]  # (K, P, D) each
         K, P, D = pk.shape
         H, M, _ = q.shape
