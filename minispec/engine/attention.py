@@ -281,10 +281,12 @@ class PagedStep:
             return torch.sparse.sampled_addmm(w, qs, pk.view(K * P, D).t(), beta=0.0, alpha=D ** -0.5, out=w).values()
 
         s = scores()  # (n,) KV head by KV head (the pattern's entries are in that order)
-        s.view(K, -1).sub_(s.view(K, -1).amax(1, keepdim=True)).exp_()  # (K, n / K) each head's largest out
-        total = torch.segment_reduce(s, "sum", offsets=crow)  # (Q,) the softmax's denominators
-        if s.device.type != "cpu" or bool((total < TINY).any()):  # on a CPU a host read is free
-            s = scores()  # a query far below its head's largest: its own largest out instead (each query's, as SDPA)
+        cpu = s.device.type == "cpu"  # the check below is a host read a layer: free on a CPU only
+        if cpu:
+            s.view(K, -1).sub_(s.view(K, -1).amax(1, keepdim=True)).exp_()  # (K, n / K) each head's largest out
+            total = torch.segment_reduce(s, "sum", offsets=crow)  # (Q,) the softmax's denominators
+        if not cpu or bool((total < TINY).any()):  # elsewhere, or a query far below its head's largest: each query's
+            s = scores() if cpu else s  # own largest out instead, as SDPA (on a CPU the scores again: exp took them)
             top = s.new_full((len(qs),), -math.inf).scatter_reduce_(0, seg, s, "amax")  # (Q,) each query's largest
             s.sub_(top.index_select(0, seg)).exp_()  # (n,) the numerators, in place
             total = torch.segment_reduce(s, "sum", offsets=crow)  # (Q,)
