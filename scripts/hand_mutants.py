@@ -274,9 +274,6 @@ MUTANTS = {
     "engine draft model: a row's lag after a speculative step 3, not 2 (a true token re-read every step)": (
         "minispec/engine/drafting.py", "s.lag = 2 if speculative else s.lag + 1",
         "s.lag = 3 if speculative else s.lag + 1", [WORK, "-k", "re_reads_no_more"], engine(SMALL)),
-    "engine KV pool: no huge pages asked for (4 KiB pages: a TLB miss for nearly every row a step reads)": (
-        "minispec/engine/paged.py", "madvise(lo, hi - lo, MADV_HUGEPAGE)", "pass",
-        ["tests/engine/test_paged_contract.py", "-k", "huge_pages"], engine("None")),
 }
 
 

@@ -25,14 +25,7 @@ tables.
 
 from __future__ import annotations
 
-import ctypes
-import sys
-
 import torch
-
-HUGE_PAGES = True  # a CPU pool on Linux asks for transparent huge pages: :func:`pool_zeros`
-HUGE_PAGE = 1 << 21  # bytes in an x86-64 huge page
-MADV_HUGEPAGE = 14  # <sys/mman.h>
 
 
 def read_blocks(pool: torch.Tensor, blocks: torch.Tensor, block_size: int) -> torch.Tensor:
@@ -44,27 +37,6 @@ def read_blocks(pool: torch.Tensor, blocks: torch.Tensor, block_size: int) -> to
     return rows.view(K, len(blocks), -1, D).transpose(0, 1)  # (R, K, nb bs, D)
 
 
-def pool_zeros(shape: tuple, device=None, dtype=torch.float32) -> torch.Tensor:
-    """``torch.zeros(shape)``; on a CPU under Linux, with its memory marked for transparent huge pages
-    (``madvise(MADV_HUGEPAGE)``, before the zeros touch it, so the kernel backs it with 2 MiB pages where it can).
-
-    A step reads and writes every layer's pool at slots scattered over gigabytes (SmolLM2-135M's 2,048 blocks: 1.5 GB),
-    so with 4 KiB pages nearly every row of keys is a TLB miss and a page walk. Through the engine, SmolLM2-135M's
-    static batch of 32 with prompt lookup on 2 threads, prefill steps included, ran in 0.86-0.95x the time with them
-    (results/cpu/engine_hugepages.txt). Where the kernel gives none (THP ``never``, or no THP at all) this is
-    ``torch.zeros``; with THP ``always`` the kernel gives them anyway. :data:`HUGE_PAGES` turns it off."""
-    if not (HUGE_PAGES and sys.platform.startswith("linux") and torch.device(device or "cpu").type == "cpu"):
-        return torch.zeros(shape, device=device, dtype=dtype)
-    t = torch.empty(shape, device=device, dtype=dtype)
-    lo = -(-t.data_ptr() // HUGE_PAGE) * HUGE_PAGE  # the whole huge pages inside the tensor's memory
-    hi = (t.data_ptr() + t.nbytes) // HUGE_PAGE * HUGE_PAGE
-    if hi > lo:
-        madvise = ctypes.CDLL(None).madvise
-        madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        madvise(lo, hi - lo, MADV_HUGEPAGE)  # advice: where the kernel refuses (no THP), 4 KiB pages as before
-    return t.zero_()
-
-
 class PagedPool:
     """Keys and values of ``num_layers`` layers for ``num_blocks`` blocks of ``block_size`` slots (+1 scratch block)."""
 
@@ -72,8 +44,8 @@ class PagedPool:
                  device=None, dtype=torch.float32):
         P = (num_blocks + 1) * block_size
         # zeros, not empty: a masked slot still multiplies its value by a weight of 0, and 0 * NaN is NaN
-        self.k = pool_zeros((num_layers, kv_heads, P, head_dim), device, dtype)  # (L, K, P, D)
-        self.v = pool_zeros((num_layers, kv_heads, P, head_dim), device, dtype)  # (L, K, P, D)
+        self.k = torch.zeros(num_layers, kv_heads, P, head_dim, device=device, dtype=dtype)  # (L, K, P, D)
+        self.v = torch.zeros(num_layers, kv_heads, P, head_dim, device=device, dtype=dtype)  # (L, K, P, D)
         self.block_size = block_size
 
     @property

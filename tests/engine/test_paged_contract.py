@@ -3,14 +3,11 @@ row's blocks, however far, land in the scratch block; the pool keeps the model's
 the shape of the tensor they stand in for."""
 
 import copy
-import sys
-from pathlib import Path
 
-import pytest
 import torch
 
 import minispec
-from minispec.engine import Engine, Request, paged
+from minispec.engine import Engine, Request
 from minispec.engine.paged import PagedPool, PagedRows, read_blocks
 from minispec.model.kv_cache import KVCache
 from minispec.model.load import sample_text
@@ -24,37 +21,6 @@ def test_slots_past_a_rows_blocks_go_to_the_scratch_block_however_far():
     assert view.physical(slots)[0].tolist() == [6, 7, 0, 5] + [8, 9, 8, 8]
     assert view.physical(slots)[1].tolist() == [2, 3] + [8, 9, 8, 9, 8, 9]
     assert set(view.physical(slots)[:, 4:].flatten().tolist()) == {8, 9}  # block 4's two slots
-
-
-def vm_flags(address: int) -> list[str]:
-    """The kernel's flags of the mapping that holds ``address`` in this process (/proc/self/smaps)."""
-    inside = False
-    for line in Path("/proc/self/smaps").read_text().splitlines():
-        head = line.split()[0]
-        if "-" in head and not head.endswith(":"):  # a mapping's first line: start-end perms ...
-            lo, hi = (int(x, 16) for x in head.split("-"))
-            inside = lo <= address < hi
-        elif inside and head == "VmFlags:":
-            return line.split()[1:]
-    raise AssertionError(f"no mapping holds {address:#x}")
-
-
-THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
-
-
-@pytest.mark.skipif(not sys.platform.startswith("linux") or not THP.exists() or "[never]" in THP.read_text(),
-                    reason="transparent huge pages: Linux, where the kernel offers them")
-def test_a_cpu_pool_asks_for_huge_pages_and_starts_at_zero(monkeypatch):
-    """The pool's memory is marked for transparent huge pages (madvise: VmFlags 'hg'), and still reads as zeros;
-    with the switch off, it is not marked. 64 MiB a tensor: past glibc's largest mmap threshold (32 MiB), so each is a
-    mapping of its own, never memory an earlier test marked."""
-    pool = PagedPool(2, 4096, 16, 2, 64)  # 2 x 2 x 65,552 x 64 floats a tensor
-    for t in (pool.k, pool.v):
-        assert "hg" in vm_flags(t.data_ptr() + t.nbytes // 2)
-        assert not t.any()
-    monkeypatch.setattr(paged, "HUGE_PAGES", False)
-    plain = PagedPool(2, 4096, 16, 2, 64)
-    assert "hg" not in vm_flags(plain.k.data_ptr() + plain.k.nbytes // 2)
 
 
 def test_the_engine_serves_a_bf16_pair():
