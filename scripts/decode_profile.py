@@ -15,8 +15,9 @@ prefill steps included) and its best median step (a decode step of the whole bat
 over vLLM's (in vs-vllm vLLM's multi-process engine overlaps its scheduling and output processing with the model; here
 neither does). Then a decode step profiled in each: a profiled run less a profiled run of 8 tokens a request (the same
 prefill steps), over the steps it adds: operator calls, the operators' self CPU time grouped (linear layers, attention,
-the rest), and the largest operators. A benchmark: read the shares and ratios within one run; the profiler's own
-overhead is in its figures.
+the rest), and the largest operators. ``--prefill``: one token a request instead, so that every step is a prefill
+step (chunks of the 2,048-token budget), and the profile is of a whole run over its steps. A benchmark: read the shares
+and ratios within one run; the profiler's own overhead is in its figures.
 """
 
 from __future__ import annotations
@@ -105,14 +106,14 @@ def timed(runs: dict, rounds: int) -> tuple[dict, dict]:
     return times, tokens
 
 
-def profiled(run, name: str, times: list, top: int) -> list[str]:
+def profiled(run, name: str, times: list, top: int, prefill: bool = False) -> list[str]:
     """Operator calls and self CPU time a decode step, grouped, and the largest operators: a profiled run of
     ``--new`` tokens less a profiled run of :data:`SHORT` (the same prompts, so the same prefill steps), over the
-    steps the longer run adds."""
+    steps the longer run adds; ``prefill``: a profiled run (of one token a request) over all its steps."""
     from torch.profiler import profile
 
-    totals = []
-    for n in (SHORT, None):
+    totals = [] if not prefill else [(0, 0.0, {})]
+    for n in (() if prefill else (SHORT,)) + (None,):
         t = time.perf_counter()
         with profile() as prof:
             steps = len((run() if n is None else run(n))[0])
@@ -127,8 +128,10 @@ def profiled(run, name: str, times: list, top: int) -> list[str]:
                                                                                    ("attention", ATTENTION))}
     every = sum(v for v, _ in ops.values())
     whole, median = min(w for w, _, _ in times), min(m for _, m, _ in times)
+    what = f"A prefill step profiled (the run's {steps} steps)" if prefill else \
+        f"A decode step profiled ({steps} steps: the run of {s1} less one of {s0})"
     lines = [f"{name}: {whole:.1f} ms a step over the run, {median:.1f} the median step (best of {len(times)} "
-             f"unprofiled runs, {s1} steps). A decode step profiled ({steps} steps: the run of {s1} less one of {s0}): "
+             f"unprofiled runs, {s1} steps). {what}: "
              f"{1e3 * (w1 - w0) / steps:.0f} ms (the profiler's cost grows with the calls), "
              f"{sum(c for _, c in ops.values()):,.0f} operator calls; operators' self CPU ms: linear layers "
              f"{groups['linear']:.1f}, attention {groups['attention']:.1f}, the rest "
@@ -148,15 +151,21 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=16)
     ap.add_argument("--ngram", action="store_true", help="both engines with prompt lookup as vs-vllm's ngram setting "
                                                           "runs it (VsConfig's K, n-grams, rule), not plain decoding")
+    ap.add_argument("--prefill", action="store_true", help="one token a request (--new 1), so every step is a prefill "
+                                                            "step: where a prefill step's time goes")
     ap.add_argument("--out", default=None, help="default results/cpu/decode_profile.txt (--ngram: "
-                                                "decode_profile_ngram.txt)")
+                                                "decode_profile_ngram.txt; --prefill: prefill_profile.txt)")
     args = ap.parse_args()
-    out = args.out or f"results/cpu/decode_profile{'_ngram' if args.ngram else ''}.txt"
+    out = args.out or ("results/cpu/prefill_profile.txt" if args.prefill else
+                       f"results/cpu/decode_profile{'_ngram' if args.ngram else ''}.txt")
+    if args.prefill:
+        args.new = 1
     try:
         lo, hi = map(int, args.prompts.split(","))
     except ValueError:
         lo = hi = 0
-    if min(args.batch, args.rounds, args.threads, args.top) < 1 or args.new <= 2 * SHORT or not 1 <= lo <= hi:
+    if min(args.batch, args.rounds, args.threads, args.top) < 1 or (args.new <= 2 * SHORT and not args.prefill) \
+            or not 1 <= lo <= hi:
         raise SystemExit(f"--batch, --rounds, --threads and --top must be >= 1, --new > {2 * SHORT} and --prompts "
                          f"LO,HI with 1 <= LO <= HI, got {args.prompts!r}")
     from minispec.tools.vllm_side import VllmSettings
@@ -181,9 +190,9 @@ def main() -> None:
     cfg = VsConfig()  # vs-vllm's ngram setting, for both engines: its K, n-grams and lookup rule
     how = f", prompt lookup (K = {cfg.gamma})" if args.ngram else ""
     lines = [f"# SmolLM2-135M float32, a static batch of {args.batch} prompts of {lo}-{hi} tokens, {args.new} greedy "
-             f"tokens each{how}: both engines in one process under torch.profiler (commit {commit}, "
-             f"{platform.machine()}, {args.threads} threads bound to CPUs {cpus}, torch {torch.__version__}, load "
-             f"average before {os.getloadavg()[0]:.1f})", ""]
+             f"token{'s' if args.new > 1 else ''} each{how}: both engines in one process under torch.profiler (commit "
+             f"{commit}, {platform.machine()}, {args.threads} threads bound to CPUs {cpus}, torch {torch.__version__}, "
+             f"load average before {os.getloadavg()[0]:.1f})", ""]
     runs = {"vLLM (in-process, eager)": vllm_runner(prompts, args.new, args.ngram, cfg),
             "minispec": minispec_runner(prompts, args.new, args.ngram, cfg)}
     torch.set_num_threads(args.threads)  # vLLM's worker set its own binding when it started
@@ -191,11 +200,12 @@ def main() -> None:
     vt, mt = times.values()
     ratio = [(v[2] / m[2], v[1] / m[1]) for v, m in zip(vt, mt)]  # each round's vLLM / minispec time: the same tokens
     for name, run in runs.items():
-        lines += profiled(run, name, times[name], args.top) + [""]
+        lines += profiled(run, name, times[name], args.top, args.prefill) + [""]
     same = sum(a == b for a, b in zip(*tokens.values()))
     lines += [f"minispec's speed / vLLM's, round by round (runs alternated): over the whole run "
               f"{', '.join(f'{r:.2f}' for r, _ in ratio)}; the median step {', '.join(f'{r:.2f}' for _, r in ratio)} "
-              f"(the run includes the prefill steps, the median step is a decode step of the whole batch)",
+              + ("(every step a prefill step)" if args.prefill else
+                 "(the run includes the prefill steps, the median step is a decode step of the whole batch)"),
               f"the same greedy tokens in {same} of {args.batch} requests; load average after {os.getloadavg()[0]:.1f}"]
     print("\n".join(lines))
     with open(out, "w") as f:
