@@ -112,8 +112,8 @@ def profiled(run, name: str, times: list, top: int, prefill: bool = False) -> li
     steps the longer run adds; ``prefill``: a profiled run (of one token a request) over all its steps."""
     from torch.profiler import profile
 
-    totals = [] if not prefill else [(0, 0.0, {})]
-    for n in (() if prefill else (SHORT,)) + (None,):
+    totals = [(0, 0.0, {})] if prefill else []  # a prefill run: nothing to subtract
+    for n in (None,) if prefill else (SHORT, None):
         t = time.perf_counter()
         with profile() as prof:
             steps = len((run() if n is None else run(n))[0])
