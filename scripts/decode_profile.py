@@ -2,7 +2,7 @@
 
     . .venv-vllm/bin/activate   # vLLM and minispec
     python scripts/decode_profile.py [--batch 32] [--prompts 40,100] [--new 96] [--rounds 4] [--threads 2] [--ngram]
-                                     [--out FILE]
+                                     [--compile] [--vllm-compile] [--out FILE]
 
 ``--batch`` chat prompts of ``--prompts`` tokens (default 40-100, vs-vllm's ``--lengths-smollm2 40,100,...``; 64,512 are
 vs-vllm's default workload's), ``--new`` greedy tokens each,
@@ -17,7 +17,8 @@ neither does). Then a decode step profiled in each: a profiled run less a profil
 prefill steps), over the steps it adds: operator calls, the operators' self CPU time grouped (linear layers, attention,
 the rest), and the largest operators. ``--prefill``: one token a request instead, so that every step is a prefill
 step (chunks of the 2,048-token budget), and the profile is of a whole run over its steps. A benchmark: read the shares
-and ratios within one run; the profiler's own overhead is in its figures.
+and ratios within one run; the profiler's own overhead is in its figures. ``--vllm-compile``: vLLM as its CPU build
+starts by default, compiled by ``torch.compile``; ``--compile``: minispec's ``Engine(compile=True)``.
 """
 
 from __future__ import annotations
@@ -33,13 +34,14 @@ LINEAR = {"mkldnn::_linear_pointwise", "_C::onednn_mm", "aten::mm"}  # minispec'
 ATTENTION = {  # minispec: the KV write and the sparse products (aten::addmm is the SpMM: linears are prepacked here)
     "aten::index_copy_", "aten::sparse_sampled_addmm", "aten::addmm", "aten::scatter_reduce_", "aten::segment_reduce",
     "aten::exp_", "aten::sub_", "aten::index_select", "aten::_scaled_dot_product_flash_attention_for_cpu",
+    "minispec::paged_attention",  # Engine(compile=True): the opaque call, its own Python
     # vLLM: its CPU attention and KV write
     "_C::cpu_attention_with_kv_cache", "_C::cpu_attn_reshape_and_cache", "vllm::unified_attention_with_output",
     "vllm::unified_kv_cache_update"}
 SHORT = 8  # tokens a request in the run whose profile is subtracted: its prefill steps and a few decode steps
 
 
-def minispec_runner(prompts, new: int, ngram: bool, cfg):
+def minispec_runner(prompts, new: int, ngram: bool, cfg, compiled: bool = False):
     import torch
 
     from minispec.drafts.lookup import PromptLookupDraft
@@ -48,7 +50,8 @@ def minispec_runner(prompts, new: int, ngram: bool, cfg):
 
     model, _ = load(resolve("smollm2-135m-instruct"), dtype=torch.float32)
     draft = PromptLookupDraft(*cfg.ngram, rule=cfg.lookup_rule) if ngram else None
-    engine = Engine(model, draft, gamma=cfg.gamma, max_num_seqs=64, max_num_batched_tokens=2048, num_blocks=2048)
+    engine = Engine(model, draft, gamma=cfg.gamma, max_num_seqs=64, max_num_batched_tokens=2048, num_blocks=2048,
+                    compile=compiled)
 
     def run(n=new):
         outs = engine.run([Request(list(p), n, 0.0) for p in prompts])
@@ -56,7 +59,7 @@ def minispec_runner(prompts, new: int, ngram: bool, cfg):
     return run
 
 
-def vllm_runner(prompts, new: int, ngram: bool, cfg):
+def vllm_runner(prompts, new: int, ngram: bool, cfg, compiled: bool = False):
     from vllm import EngineArgs, SamplingParams
     from vllm.inputs import TokensPrompt
     from vllm.v1.engine.llm_engine import LLMEngine
@@ -67,7 +70,7 @@ def vllm_runner(prompts, new: int, ngram: bool, cfg):
 
     path = resolve("smollm2-135m-instruct")
     engine = LLMEngine.from_engine_args(EngineArgs(
-        model=str(path), dtype="float32", enforce_eager=True, max_num_seqs=64, max_num_batched_tokens=2048,
+        model=str(path), dtype="float32", enforce_eager=not compiled, max_num_seqs=64, max_num_batched_tokens=2048,
         kv_cache_memory_bytes=32768 * kv_bytes_per_token(path), enable_prefix_caching=False, max_model_len=2048,
         speculative_config=vllm_spec({"draft": None}, "ngram" if ngram else "plain", cfg, None)))
     ids = iter(range(10**9))
@@ -153,6 +156,9 @@ def main() -> None:
                                                           "runs it (VsConfig's K, n-grams, rule), not plain decoding")
     ap.add_argument("--prefill", action="store_true", help="one token a request (--new 1), so every step is a prefill "
                                                             "step: where a prefill step's time goes")
+    ap.add_argument("--vllm-compile", action="store_true", help="vLLM as its CPU build starts by default: "
+                                                                "torch.compile (Inductor), not enforce_eager")
+    ap.add_argument("--compile", action="store_true", help="minispec's Engine(compile=True)")
     ap.add_argument("--out", default=None, help="default results/cpu/decode_profile.txt (--ngram: "
                                                 "decode_profile_ngram.txt; --prefill: prefill_profile.txt)")
     args = ap.parse_args()
@@ -193,8 +199,10 @@ def main() -> None:
              f"token{'s' if args.new > 1 else ''} each{how}: both engines in one process under torch.profiler (commit "
              f"{commit}, {platform.machine()}, {args.threads} threads bound to CPUs {cpus}, torch {torch.__version__}, "
              f"load average before {os.getloadavg()[0]:.1f})", ""]
-    runs = {"vLLM (in-process, eager)": vllm_runner(prompts, args.new, args.ngram, cfg),
-            "minispec": minispec_runner(prompts, args.new, args.ngram, cfg)}
+    runs = {f"vLLM (in-process, {'compiled' if args.vllm_compile else 'eager'})":
+            vllm_runner(prompts, args.new, args.ngram, cfg, args.vllm_compile),
+            f"minispec{' (compiled)' if args.compile else ''}": minispec_runner(prompts, args.new, args.ngram, cfg,
+                                                                                  args.compile)}
     torch.set_num_threads(args.threads)  # vLLM's worker set its own binding when it started
     times, tokens = timed(runs, args.rounds)
     vt, mt = times.values()

@@ -53,6 +53,7 @@ from minispec.decoding.sampling import SamplingParams
 from minispec.drafts.model import as_draft
 from minispec.engine.attention import ATTENTION
 from minispec.engine.blocks import BlockManager
+from minispec.engine.compiled import compile_layers
 from minispec.engine.request import Request, RequestOutput, Sequence, fresh_seed
 from minispec.engine.runner import ModelRunner, StepResult
 from minispec.engine.scheduler import Scheduler, StepPlan
@@ -144,11 +145,13 @@ class Engine:
     target's (and a draft model's) linear layers through oneDNN with prepacked weights, as vLLM's CPU build does
     (:meth:`~minispec.model.llama.Model.prepack`: in place, 1.4-2.7x faster forwards here, the products equal up to
     float rounding); default on a CPU, a no-op elsewhere. Pass False to keep the model's own F.linear.
+    ``compile``: the target's layers through ``torch.compile``, attention left opaque, as vLLM's CPU build starts
+    by default (:mod:`minispec.engine.compiled`: in place; a graph is built at the first step).
     """
 
     def __init__(self, target: Model, draft=None, gamma: int | str | GammaPolicy = 4, block_size: int = 16,
                  num_blocks: int | None = None, max_num_seqs: int = 64, max_num_batched_tokens: int = 2048, *,
-                 rule=accept_reject, attention: str = "auto", prepack: bool = True):
+                 rule=accept_reject, attention: str = "auto", prepack: bool = True, compile: bool = False):
         if not isinstance(target, Model):
             raise ValueError(f"target must be a minispec Model (minispec.load(...)[0]), got {type(target).__name__}")
         for name, v in (("block_size", block_size), ("max_num_seqs", max_num_seqs),
@@ -158,6 +161,9 @@ class Engine:
                 raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
         if attention not in ATTENTION:
             raise ValueError(f"attention must be one of {ATTENTION}, got {attention!r}")
+        for name, v in (("prepack", prepack), ("compile", compile)):
+            if not isinstance(v, bool):
+                raise ValueError(f"{name} must be True or False, got {v!r}")
         if attention == "sparse" and target.dtype not in (torch.float32, torch.float64):
             raise ValueError(f"attention='sparse' needs a float32 or float64 target (torch's sparse matmuls take no "
                              f"other dtype), got {target.dtype}")
@@ -180,6 +186,8 @@ class Engine:
         for model in (target, getattr(self.draft, "model", None)) if prepack else ():
             if isinstance(model, Model):
                 model.prepack()  # on a CPU with oneDNN; elsewhere nothing
+        if compile and target.paged_layers is None:
+            compile_layers(target)  # in place, as prepack
         self.num_blocks = num_blocks or self._default_blocks()
         length = target.config.max_position_embeddings + self.width + 2  # a row's tokens, and a step's new ones
         self.runner = ModelRunner(target, self.draft, self.num_blocks, block_size, max_num_seqs, length, rule,

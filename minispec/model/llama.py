@@ -29,11 +29,25 @@ from minispec.model.kv_cache import KVCache
 PACKED_MIN_MACS = 1 << 20  # a smaller product runs through F.linear: see _packed_linear
 
 
+@torch.library.custom_op("minispec::packed_linear", mutates_args=())
+def packed_linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, out: int) -> torch.Tensor:
+    """x (..., C) times a weight prepacked by oneDNN (``out`` features): (..., out). An operator of its own only for
+    ``torch.compile``, which cannot lower oneDNN's call with dynamic shapes (:mod:`minispec.engine.compiled`)."""
+    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")  # (..., out)
+
+
+@packed_linear.register_fake
+def _(x, packed, bias, out):
+    return x.new_empty(*x.shape[:-1], out)  # (..., out)
+
+
 def _packed_linear(m: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """``m(x)`` through oneDNN's prepacked weight (see :meth:`Model.prepack`), or through ``F.linear`` when the
     product is under :data:`PACKED_MIN_MACS` multiply-adds: oneDNN's call cost about 30 us before any arithmetic on
     this project's AVX2 machines, F.linear's about 10 (``results/cpu/linear_prepack.txt``: F.linear the faster for
     SmolLM2's qkv and down at 1 token and the embedded target's qkv and down at 1-16 tokens)."""
+    if torch.compiler.is_compiling():  # opaque to Inductor, and always oneDNN's: one graph for every token count
+        return packed_linear(x, m.packed, m.bias, m.packed.shape[0])
     if x.numel() // x.shape[-1] * m.weight.numel() < PACKED_MIN_MACS:  # tokens x in x out, from shapes (no sync)
         return F.linear(x, m.weight, m.bias)
     return torch.ops.mkldnn._linear_pointwise(x, m.packed, m.bias, "none", [], "")
@@ -154,6 +168,7 @@ class Model(nn.Module):
                 nn.init.normal_(p, std=0.02) if p.dim() == 2 else nn.init.zeros_(p)
         self.windows = sorted({b.window for b in self.layers}, key=lambda w: w or 0)
         self.static_cache = False  # set by compile(): caches then attend over all slots (fixed shapes)
+        self.paged_layers = None  # set by Engine(compile=True): the layers compiled for the engine's paged step
 
     @classmethod
     def from_state_dict(cls, cfg: ModelConfig, state: dict[str, torch.Tensor], device="cpu",
@@ -260,7 +275,11 @@ class Model(nn.Module):
         cos, sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)
         x = self.embed(tokens)  # (B, T, C)
         kept = [x] if 0 in features else []
-        for i, block in enumerate(self.layers[:num_layers]):
+        compiled = self.paged_layers is not None and getattr(cache, "attends", False) and not features \
+            and num_layers is None
+        if compiled:  # Engine(compile=True): the whole stack as one compiled graph (minispec.engine.compiled)
+            x = self.paged_layers(x, cos, sin, cache)  # (1, N, C)
+        for i, block in enumerate(() if compiled else self.layers[:num_layers]):
             x = block(x, cos, sin, masks, cache)
             if i + 1 in features:
                 kept.append(x)
