@@ -219,6 +219,13 @@ MUTANTS = {
     "engine: a run starts from the last run's policy (its estimate carried between runs)": (
         "minispec/engine/engine.py", "policy = copy.deepcopy(self.policy)", "policy = self.policy",
         ["tests/engine/test_engine_parts.py", "-k", "policy_is_told_every"], engine(SMALL)),
+    "engine: compile=True ignored (the target's layers run eager: the same tokens, slower)": (
+        "minispec/engine/engine.py", "        if compile and target.paged_layers is None:",
+        "        if False:", ["tests/engine/test_engine_compiled.py"], engine(SMALL, compile=True)),
+    "model: the compiled layers built and never called (each step runs the eager layers)": (
+        "minispec/model/llama.py", "compiled = self.paged_layers is not None and",
+        "compiled = False and self.paged_layers is not None and", ["tests/engine/test_engine_compiled.py"],
+        engine(SMALL, compile=True)),
     "engine: requests queued in list order, not by arrival (an early one waits behind a later one)": (
         "minispec/engine/engine.py", "pending = deque(sorted(seqs, key=lambda s: s.arrival_s))",
         "pending = deque(seqs)", ["tests/engine/test_engine_parts.py", "-k", "arrival_time"], engine(SMALL)),

@@ -21,19 +21,16 @@ from __future__ import annotations
 
 import torch
 
+from minispec.model.llama import opaque
+
 CURRENT: list = [None]  # the PagedStep the compiled layers attend through, set around each compiled call
 
 
-@torch.library.custom_op("minispec::paged_attention", mutates_args=())
+@opaque(lambda q, k, v, layer, window: torch.empty_like(q))  # (1, H, N, D)
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int,
                     window: int | None) -> torch.Tensor:
     """q (1, H, N, D), k and v (1, K, N, D): the current step's attention of ``layer`` (writes k, v into the pool)."""
     return CURRENT[0].attend(layer, q, k, v, window)  # (1, H, N, D)
-
-
-@paged_attention.register_fake
-def _(q, k, v, layer, window):
-    return torch.empty_like(q)  # (1, H, N, D)
 
 
 class _Opaque:

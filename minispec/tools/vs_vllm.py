@@ -85,6 +85,7 @@ class VsConfig:
     realtime: bool = False
     threads: int = 1
     prepack: bool = True  # minispec's linears through oneDNN with prepacked weights (Engine's default), as vLLM's are
+    compile: bool = False  # minispec's Engine(compile=True): layers through torch.compile, as vLLM compiles by default
     vllm: VllmSettings = VllmSettings()
 
     def __post_init__(self):

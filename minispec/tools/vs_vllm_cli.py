@@ -93,6 +93,7 @@ def cli_config(args) -> tuple[VsConfig, str]:
     cfg = VsConfig(engines=tuple(x.strip() for x in args.engines.split(",")), gamma=args.gamma,
                    ngram=tuple(int(x) for x in floats(args.ngram, "--ngram", 2)), lookup_rule=args.lookup_rule,
                    temperature=args.temperature, realtime=args.realtime, threads=threads, prepack=args.prepack,
+                   compile=args.compile,
                    vllm=VllmSettings(vllm_threads, args.vllm_omp, args.vllm_bind, not args.vllm_compile,
                                      args.vllm_numba), **kw)
     PromptLookupDraft(*cfg.ngram, rule=cfg.lookup_rule)  # raises where the rule is unknown
@@ -139,6 +140,9 @@ def add_arguments(p) -> None:
     p.add_argument("--no-prepack", dest="prepack", action="store_false",
                    help="minispec's linears through F.linear (Engine(prepack=False)) instead of oneDNN with prepacked "
                         "weights, as vLLM's CPU build and the Engine by default run them")
+    p.add_argument("--compile", action="store_true",
+                   help="minispec's Engine(compile=True): its layers through torch.compile, attention opaque, as "
+                        "vLLM's CPU build compiles by default (--vllm-compile)")
     p.add_argument("--realtime", action="store_true", help="sleep through idle gaps (default: skip them)")
     p.add_argument("--vllm-threads", type=int, default=None,
                    help="vLLM's worker threads where they differ from minispec's (default: --threads). On 2 cores "

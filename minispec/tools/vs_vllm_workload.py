@@ -135,7 +135,8 @@ def workload(name: str, lengths: tuple | None = None) -> dict:
 def minispec_engines(w: dict, cfg, table: dict | None) -> dict[str, Engine]:
     """A minispec engine per setting of workload ``w``."""
     common = dict(max_num_seqs=cfg.max_num_seqs, max_num_batched_tokens=cfg.max_num_batched_tokens,
-                  num_blocks=-(-cfg.kv_of(w["name"]) // 16), prepack=cfg.prepack)
+                  num_blocks=-(-cfg.kv_of(w["name"]) // 16), prepack=cfg.prepack,
+                  compile=cfg.compile)
     if w["draft"] is None:
         spec = {"ngram": PromptLookupDraft(*cfg.ngram, rule=cfg.lookup_rule)}
     else:
