@@ -11,10 +11,13 @@ Two calls stay opaque to it, as vLLM keeps them ("piecewise" compilation):
 - **the prepacked linear**, :func:`~minispec.model.llama.packed_linear`: oneDNN's call
   (:meth:`~minispec.model.llama.Model.prepack`), which Inductor cannot lower on its own with dynamic shapes.
 
-One graph for every token count (``dynamic=True``; one token a pass, a batch of one decoding, compiles a second),
-built at the first step: 15-35 s on this project's 2-core CPU. The tokens are the same as the eager step's up to
-float rounding (fused norms sum in another order). The target's step only: a draft model's passes (through a
-paged view of its own KV), an EAGLE head's feature passes and an early-exit draft's run the eager layers.
+One graph for every token count (``dynamic=True``; one token a pass, a batch of one decoding, compiles a second), both
+built when the engine is (15-35 s on this project's 2-core CPU), as vLLM compiles at start-up, not in a measured step.
+Every compiled model's graphs count against one budget of Dynamo's (``torch._dynamo.config.recompile_limit``, 8 by
+default: four models a process), as :meth:`~minispec.model.llama.Model.compile`'s do; past it a step raises instead of
+running eagerly. The tokens are the same as the eager step's up to float rounding (fused norms sum in another order).
+The target's step only: a draft model's passes (through a paged view of its own KV), an EAGLE head's feature passes and
+an early-exit draft's run the eager layers.
 """
 
 from __future__ import annotations
@@ -44,11 +47,11 @@ class _Opaque:
 
 def compile_layers(model) -> None:
     """Compile ``model``'s layer stack for the engine's paged step, in place (:attr:`Model.paged_layers`)."""
-    layers, opaque = model.layers, _Opaque()
+    layers, cache = model.layers, _Opaque()
 
     def body(x, cos, sin):  # x (1, N, C), cos and sin (1, 1, N, D) -> (1, N, C)
         for block in layers:
-            x = block(x, cos, sin, None, opaque)
+            x = block(x, cos, sin, None, cache)
         return x
 
     compiled = torch.compile(body, dynamic=True, fullgraph=True)

@@ -146,7 +146,7 @@ class Engine:
     (:meth:`~minispec.model.llama.Model.prepack`: in place, 1.4-2.7x faster forwards here, the products equal up to
     float rounding); default on a CPU, a no-op elsewhere. Pass False to keep the model's own F.linear.
     ``compile``: the target's layers through ``torch.compile``, attention left opaque, as vLLM's CPU build starts
-    by default (:mod:`minispec.engine.compiled`: in place; a graph is built at the first step).
+    by default (:mod:`minispec.engine.compiled`: in place, its graphs built here, 15-35 s on this project's CPU).
     """
 
     def __init__(self, target: Model, draft=None, gamma: int | str | GammaPolicy = 4, block_size: int = 16,
@@ -187,7 +187,8 @@ class Engine:
             if isinstance(model, Model):
                 model.prepack()  # on a CPU with oneDNN; elsewhere nothing
         if compile and target.paged_layers is None:
-            compile_layers(target)  # in place, as prepack
+            compile_layers(target)  # in place, as prepack; its graphs built now, as vLLM compiles at start-up: a pass
+            Engine(target, num_blocks=1, max_num_seqs=1, prepack=False).run([Request([0, 0], 2)])  # of 2, then of 1
         self.num_blocks = num_blocks or self._default_blocks()
         length = target.config.max_position_embeddings + self.width + 2  # a row's tokens, and a step's new ones
         self.runner = ModelRunner(target, self.draft, self.num_blocks, block_size, max_num_seqs, length, rule,
