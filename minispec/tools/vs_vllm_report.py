@@ -220,8 +220,7 @@ def crossover(rows: list[dict], attainment: float) -> list[str]:
         sb = [(B, a / b) for B, a, b in sb if a is not None and b]
         stops_b = next((B for B, x in sb if x < 1), None)
         gs, gp = g.get((w, setting, e)), g.get((w, "plain", e))
-        lines.append(
-            f"{w}, {setting}, {e}: speculative / plain TPOT p50 by rate "
+        lines.append(f"{w}, {setting}, {e}: speculative / plain TPOT p50 by rate "
             + ", ".join(f"{r:g}: {x:.2f}" for r, x in ratios)
             + (f" -> no gain from rate {stops:g} req/s" if stops is not None else " -> gains at every rate tried")
             + "; throughput by static batch " + ", ".join(f"{B}: {x:.2f}" for B, x in sb)
