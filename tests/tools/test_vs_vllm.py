@@ -252,6 +252,19 @@ def test_vllm_threads_default_to_minispecs_and_can_differ():
         parse("--vllm-threads", "0")
 
 
+def test_compile_flags_reach_each_engine(monkeypatch):
+    """``--compile`` builds every minispec engine with ``compile=True``; ``--vllm-compile`` lifts vLLM's enforce_eager;
+    neither is on by default."""
+    parse = lambda *a: vs_vllm_cli.cli_config(build_parser().parse_args(["vs-vllm", "--engines", "minispec", *a]))[0]  # noqa: E731
+    default, both = parse("--workloads", "pair"), parse("--workloads", "pair", "--compile", "--vllm-compile")
+    assert (default.compile, default.vllm.eager) == (False, True) and (both.compile, both.vllm.eager) == (True, False)
+    made = []
+    monkeypatch.setattr(vs_vllm_workload, "Engine", lambda *a, **k: made.append(k["compile"]))
+    for cfg in (default, both):
+        vs_vllm_workload.minispec_engines(dict(name="pair", target_model=None, draft="d", draft_model=None), cfg, None)
+    assert made == [False, False, True, True]  # plain and the draft model, by default and with --compile
+
+
 def test_repeated_static_runs_give_medians_and_pair_each_run_with_its_own():
     """``static_repeat``: each static batch served several times an engine; the table divides the medians, and the
     counters are compared run by run (minispec's second run with vLLM's second)."""
