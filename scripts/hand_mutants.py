@@ -223,8 +223,8 @@ MUTANTS = {
         "minispec/engine/engine.py", "        if compile and target.paged_layers is None:",
         "        if False:", ["tests/engine/test_engine_compiled.py"], engine(SMALL, compile=True)),
     "model: the compiled layers built and never called (each step runs the eager layers)": (
-        "minispec/model/llama.py", "compiled = self.paged_layers is not None and",
-        "compiled = False and self.paged_layers is not None and", ["tests/engine/test_engine_compiled.py"],
+        "minispec/model/llama.py", "if paged and self.paged_layers is not None and",
+        "if False and self.paged_layers is not None and", ["tests/engine/test_engine_compiled.py"],
         engine(SMALL, compile=True)),
     "engine: requests queued in list order, not by arrival (an early one waits behind a later one)": (
         "minispec/engine/engine.py", "pending = deque(sorted(seqs, key=lambda s: s.arrival_s))",

@@ -57,7 +57,7 @@ def _packed_linear(m: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     this project's AVX2 machines, F.linear's about 10 (``results/cpu/linear_prepack.txt``: F.linear the faster for
     SmolLM2's qkv and down at 1 token and the embedded target's qkv and down at 1-16 tokens)."""
     if torch.compiler.is_compiling():  # opaque to Inductor, and always oneDNN's: one graph for every token count
-        return packed_linear(x, m.packed, m.bias, m.packed.shape[0])
+        return packed_linear(x, m.packed, m.bias, m.out_features)
     if x.numel() // x.shape[-1] * m.weight.numel() < PACKED_MIN_MACS:  # tokens x in x out, from shapes (no sync)
         return F.linear(x, m.weight, m.bias)
     return torch.ops.mkldnn._linear_pointwise(x, m.packed, m.bias, "none", [], "")
@@ -272,7 +272,8 @@ class Model(nn.Module):
         :class:`minispec.engine.attention.PagedStep`) brings each token's position and does the attention itself.
         """
         B, T = tokens.shape
-        if getattr(cache, "attends", False):  # the engine's flattened step: it brings positions and masks itself
+        paged = getattr(cache, "attends", False)
+        if paged:  # the engine's flattened step: it brings positions and masks itself
             pos, masks = cache.positions, None  # (B, T)
         else:
             length = torch.zeros(B, dtype=torch.long, device=tokens.device) if cache is None else cache.lengths  # (B,)
@@ -285,14 +286,13 @@ class Model(nn.Module):
         cos, sin = emb.cos().to(self.dtype), emb.sin().to(self.dtype)
         x = self.embed(tokens)  # (B, T, C)
         kept = [x] if 0 in features else []
-        compiled = self.paged_layers is not None and getattr(cache, "attends", False) and not features \
-            and num_layers is None
-        if compiled:  # Engine(compile=True): the whole stack as one compiled graph (minispec.engine.compiled)
-            x = self.paged_layers(x, cos, sin, cache)  # (1, N, C)
-        for i, block in enumerate(() if compiled else self.layers[:num_layers]):
-            x = block(x, cos, sin, masks, cache)
-            if i + 1 in features:
-                kept.append(x)
+        if paged and self.paged_layers is not None and not features and num_layers is None:
+            x = self.paged_layers(x, cos, sin, cache)  # (1, N, C): Engine(compile=True), minispec.engine.compiled
+        else:
+            for i, block in enumerate(self.layers[:num_layers]):
+                x = block(x, cos, sin, masks, cache)
+                if i + 1 in features:
+                    kept.append(x)
         if cache is not None:
             cache.end(T)
         if output_index is not None:
