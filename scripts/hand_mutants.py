@@ -186,6 +186,9 @@ MUTANTS = {
     "engine attention: auto copies a lone row whose blocks are one run (as the gather does)": (
         "minispec/engine/attention.py", "one = len(g.spans) == 1 and g.spans[0] is not None", "one = False",
         ["tests/engine/test_engine_step.py", "-k", "auto_reads"], engine(SMALL)),
+    "engine attention: a batch of one row read as a group (its queries gathered, its outputs scattered)": (
+        "minispec/engine/attention.py", "self.lone = g.spans[0] if g is not None", "self.lone = None if g is not None",
+        ["tests/engine/test_engine_step.py", "-k", "attention_path"], engine(SMALL)),
     "sampling: a greedy batch under the exact rule still draws the accept test's uniforms": (
         "minispec/decoding/sampling.py", "if exact and self.params.greedy:", "if False:",
         ["tests/decoding/test_random_numbers_once.py", "-k", "draws_nothing"], engine(SMALL)),
@@ -193,7 +196,7 @@ MUTANTS = {
         "minispec/speculative/loop.py", "exact=tree is not None or rule is accept_reject", "exact=False",
         ["tests/decoding/test_random_numbers_once.py", "-k", "draws_nothing"], speculative(SMALL)),
     "engine attention: a group's mask built again in every layer (not once a step)": (
-        "minispec/engine/attention.py", "        if (i, window) not in self._blocks:\n            m = g.masks",
+        "minispec/engine/attention.py", "        if (i, window, T) not in self._blocks:\n            m = g.masks",
         "        if True:\n            m = g.masks", [WORK, "-k", "mask_is_built"], engine(SMALL)),
     "engine draft model: a prompt read with the LM head at every token (not only each chunk's last)": (
         "minispec/engine/drafting.py", "chunk.tokens, cache, output_index=chunk.last[:, None], num_layers",
@@ -226,6 +229,9 @@ MUTANTS = {
         "minispec/model/llama.py", "if paged and self.paged_layers is not None and",
         "if False and self.paged_layers is not None and", ["tests/engine/test_engine_compiled.py"],
         engine(SMALL, compile=True)),
+    "model: a compiled one-token pass runs even its small products through oneDNN's packed call": (
+        "minispec/model/llama.py", "small = tokens == 1 and m.weight.numel() < PACKED_MIN_MACS", "small = False",
+        ["tests/engine/test_engine_compiled.py", "-k", "one_token"], engine(SMALL, compile=True)),
     "engine: requests queued in list order, not by arrival (an early one waits behind a later one)": (
         "minispec/engine/engine.py", "pending = deque(sorted(seqs, key=lambda s: s.arrival_s))",
         "pending = deque(seqs)", ["tests/engine/test_engine_parts.py", "-k", "arrival_time"], engine(SMALL)),

@@ -11,8 +11,9 @@ real token; its output is dropped), its keys and values read through its block t
 How the keys and values are read is the ``attention`` backend (:data:`ATTENTION`):
 
   auto    the default. A group of one row whose blocks are one run of the pool is read in place, as ``views``
-          reads it (the same one SDPA call, and no copy); a batch of one is always such a group, and so is a long
-          prompt's later chunk (results/cpu/engine_auto.txt). On a CPU with a float32 pool a plain step's decoding
+          reads it (the same one SDPA call, and no copy); a batch of one is always such a group (its step's whole
+          pass: read without gathering its queries or scattering its outputs, :meth:`PagedStep._one`), and so is a
+          long prompt's later chunk (results/cpu/engine_auto.txt). On a CPU with a float32 pool a plain step's decoding
           rows are one group, read ``sparse`` (nothing padded, nothing copied; :func:`reads_sparse`), and so are a
           speculative step's rows where one of them feeds no draft token (prompt lookup without a match); any other
           group, and a lone row that is not one run, is read as ``gather`` reads it
@@ -162,12 +163,17 @@ class PagedStep:
         self.attention = attention
         self.compiled = positions.device.type == "cuda" if compiled is None else compiled
         self._blocks = {}  # each (group, window)'s mask (gather), block mask (flex) or CSR pattern (sparse): per step
+        g = groups[0] if len(groups) == 1 else None
+        self.lone = g.spans[0] if g is not None and attention in ("auto", "views") and len(g.spans) == 1 \
+            and g.tokens is not None else None  # a batch of one row, its queries the pass's tokens, one run: _one
 
     def attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int | None):
         """q (1, H, N, D), k and v (1, K, N, D) of one layer: write k, v into the pool, return (1, H, N, D)."""
         _, H, N, D = q.shape
         for buf, new in ((self.pool.k[layer], k), (self.pool.v[layer], v)):
             buf.index_copy_(1, self.slots, new[0])  # (K, P, D) <- (K, N, D): the new slots
+        if self.lone is not None:
+            return self._one(layer, q, window)  # (1, H, N, D)
         out = q.new_empty(N, H, D)  # (N, H, D)
         for i, g in enumerate(self.groups):
             if g.fresh is not None and (window is None or g.fresh.stop - g.fresh.start <= window):
@@ -214,14 +220,28 @@ class PagedStep:
         """The copy of rows' blocks (R, nb) of one layer's pool (K, P, D): (R, K, S, D), :func:`read_blocks`."""
         return read_blocks(pool, blocks, self.pool.block_size)
 
-    def _head_mask(self, g, window, i, G, dtype):
+    def _head_mask(self, g, window, i, G, dtype, T=None):
         """Group ``i``'s mask for ``window``, repeated for the G query heads folded into each KV head's queries
         (R, 1, G T, S), as SDPA adds it (0 where seen, -inf where not): built once per step, read by every layer
-        (SDPA would convert a bool mask to this at every call)."""
-        if (i, window) not in self._blocks:
-            m = g.masks[window].repeat(1, 1, G, 1)  # (R, 1, G T, S) the same for each head
-            self._blocks[i, window] = torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill_(~m, -math.inf)
-        return self._blocks[i, window]
+        (SDPA would convert a bool mask to this at every call). ``T``: each row's first T queries only (default all)."""
+        if (i, window, T) not in self._blocks:
+            m = g.masks[window][:, :, :T].repeat(1, 1, G, 1)  # (R, 1, G T, S) the same for each head
+            self._blocks[i, window, T] = torch.zeros(m.shape, dtype=dtype, device=m.device).masked_fill_(~m, -math.inf)
+        return self._blocks[i, window, T]
+
+    def _one(self, layer, q, window):
+        """A batch of one row (``auto`` and ``views``) whose slots are one run of the pool, its N queries the pass's
+        tokens: ``views``' one SDPA call over views of the pool, without the group's gather of its queries and scatter
+        of its outputs (a few calls a layer, what a batch of one pays most for). q (1, H, N, D) -> (1, H, N, D)."""
+        a, n = self.lone
+        _, H, N, D = q.shape
+        K = self.pool.k.shape[1]
+        k, v = (p[layer][None, :, a: a + n] for p in (self.pool.k, self.pool.v))  # (1, K, n, D) views of the pool
+        if N == 1 and window is None:  # a lone query sees all its row's slots: no mask, no copy
+            return F.scaled_dot_product_attention(q.view(1, K, H // K, D), k, v).view(1, H, 1, D)  # (1, K, G, D)
+        mask = self._head_mask(self.groups[0], window, 0, H // K, q.dtype, N)[..., :n]  # (1, 1, G N, n)
+        y = F.scaled_dot_product_attention(q[0].reshape(1, K, H // K * N, D), k, v, attn_mask=mask)  # (1, K, G N, D)
+        return y.view(H, N, D).transpose(0, 1).contiguous().transpose(0, 1)[None]  # (1, H, N, D) laid out as q is
 
     def _views(self, layer, q, g, window, i):
         """Row by row: a row of one run is a view of the pool, read in place (no copy); the other rows are copied

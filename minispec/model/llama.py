@@ -55,10 +55,14 @@ def _packed_linear(m: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """``m(x)`` through oneDNN's prepacked weight (see :meth:`Model.prepack`), or through ``F.linear`` when the
     product is under :data:`PACKED_MIN_MACS` multiply-adds: oneDNN's call cost about 30 us before any arithmetic on
     this project's AVX2 machines, F.linear's about 10 (``results/cpu/linear_prepack.txt``: F.linear the faster for
-    SmolLM2's qkv and down at 1 token and the embedded target's qkv and down at 1-16 tokens)."""
-    if torch.compiler.is_compiling():  # opaque to Inductor, and always oneDNN's: one graph for every token count
-        return packed_linear(x, m.packed, m.bias, m.out_features)
-    if x.numel() // x.shape[-1] * m.weight.numel() < PACKED_MIN_MACS:  # tokens x in x out, from shapes (no sync)
+    SmolLM2's qkv and down at 1 token and the embedded target's qkv and down at 1-16 tokens). Compiled
+    (:mod:`minispec.engine.compiled`) the rule holds in the graph of one token only: in the graph for every other
+    count it would put a guard on the count, so there every product is oneDNN's."""
+    tokens = x.shape[:-1].numel()  # from shapes (no sync)
+    if torch.compiler.is_compiling():  # oneDNN's call opaque to Inductor, which cannot lower it with dynamic shapes
+        small = tokens == 1 and m.weight.numel() < PACKED_MIN_MACS  # known when traced: N >= 2 in the dynamic graph
+        return F.linear(x, m.weight, m.bias) if small else packed_linear(x, m.packed, m.bias, m.out_features)
+    if tokens * m.weight.numel() < PACKED_MIN_MACS:  # tokens x in x out
         return F.linear(x, m.weight, m.bias)
     return torch.ops.mkldnn._linear_pointwise(x, m.packed, m.bias, "none", [], "")
 

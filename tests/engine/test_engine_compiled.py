@@ -56,3 +56,20 @@ def test_compile_must_be_a_bool():
     target, _ = minispec.load("tiny-code-target")
     with pytest.raises(ValueError, match="compile must be True or False"):
         Engine(target, compile="yes")
+
+
+def test_a_one_token_pass_runs_its_small_products_as_the_eager_step_does():
+    """The graph of one-token passes keeps the eager step's rule (:data:`~minispec.model.llama.PACKED_MIN_MACS`): a
+    product that small runs through F.linear, whose fixed cost is lower than oneDNN's packed call; the embedded
+    target's are all that small at one token. The graph for every other token count calls oneDNN for each layer's
+    four products (the rule would put a guard on the count there). A prompt's pass, then two decoding steps."""
+    from torch.profiler import profile
+
+    target, _ = minispec.load("tiny-code-target")
+    engine = Engine(target, compile=True)
+    calls, products = {}, 4 * target.config.num_hidden_layers  # qkv, o, gate and up, down
+    for rows in (1, 2):
+        with profile() as prof:
+            engine.run([Request(list(b"def f(x):"), 3) for _ in range(rows)])
+        calls[rows] = sum(e.count for e in prof.key_averages() if e.key == "minispec::packed_linear")
+    assert calls == {1: products, 2: 3 * products}

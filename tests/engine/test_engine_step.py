@@ -106,16 +106,18 @@ def test_every_attention_path_equals_the_gather(pair, draft_kind, monkeypatch):
             return read(self, *args)
         return counting
 
-    for path in ("_gather", "_flex", "_views", "_sparse"):
+    for path in ("_gather", "_flex", "_views", "_sparse", "_one"):
         monkeypatch.setattr(PagedStep, path, counted(path))
     for attention in ("gather", "flex", "views", "sparse", "auto"):
         engine = Engine(target, d, gamma=3, num_blocks=48, max_num_batched_tokens=32, attention=attention)
         with Passes(target) as passes:
             outs = engine.run([Request(p, 12, arrival_s=0.002 * i) for i, p in enumerate(prompts[:4])])
         runs[attention] = outs, engine.stats, passes.logits
-        # auto: lone rows in place, a plain step's rows sparse, a speculative step's copied
+        # auto: lone rows in place, a plain step's rows sparse, a speculative step's copied; auto and views: a step of
+        # one row (the batch's last) by _one
         want = {"_views", "_sparse" if d is None else "_gather"} if attention == "auto" else {"_" + attention}
-        assert set(reads) == want, set(reads)  # this path, and only it, read the pool
+        want |= {"_one"} if attention in ("auto", "views") else set()
+        assert set(reads) == want, (attention, set(reads))  # this path, and only it, read the pool
         reads.clear()
     g_out, g_stats, g_logits = runs["gather"]
     for attention in ("flex", "views", "sparse", "auto"):
@@ -345,15 +347,17 @@ def test_only_a_static_tree_drafts_greedy_and_sampled_rows_apart(pair, shape, gr
 def test_a_sliding_window_layer_reads_only_its_window(attention):
     """A random Llama whose first layer attends to its last 4 tokens only, the second to all of them, prompts of 9-30
     tokens (longer than the window; the first chunks of the longer ones cut by a 16-token budget), decoding with a
-    draft: the engine's tokens are plain greedy decoding's, which reads the window (a read that ignored it changed
-    them)."""
+    draft and without one (its last steps a lone row's): the engine's tokens are plain greedy decoding's, which reads
+    the window (a read that ignored it changed them)."""
     target = random_model(seed=5, logit_scale=4.0, sliding_window=(4, None))
     draft = random_model(seed=5, logit_scale=4.0, sliding_window=(4, None), layers=1)
     prompts = [[(7 * i + 3 * j) % 64 for j in range(9 + 7 * i)] for i in range(4)]
-    engine = Engine(target, draft, gamma=3, block_size=4, num_blocks=96, max_num_batched_tokens=16,
-                    attention=attention)
-    outs = engine.run([Request(p, 16) for p in prompts])
-    assert [o.tokens for o in outs] == minispec.generate(target, prompts, 16).tokens
+    for d in (draft, None):
+        engine = Engine(target, d, gamma=3, block_size=4, num_blocks=96, max_num_batched_tokens=16,
+                        attention=attention)
+        outs = engine.run([Request(p, 16 + 8 * i) for i, p in enumerate(prompts)])
+        assert [o.tokens for o in outs] == [minispec.generate(target, [p], 16 + 8 * i).tokens[0]
+                                            for i, p in enumerate(prompts)]
 
 
 @pytest.mark.parametrize("T, window, K", [(1, None, 2), (1, 5, 2), (2, None, 2), (3, None, 2), (3, 5, 2),
