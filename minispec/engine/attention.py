@@ -233,15 +233,21 @@ class PagedStep:
         """A batch of one row (``auto`` and ``views``) whose slots are one run of the pool, its N queries the pass's
         tokens: ``views``' one SDPA call over views of the pool, without the group's gather of its queries and scatter
         of its outputs (a few calls a layer, what a batch of one pays most for). q (1, H, N, D) -> (1, H, N, D)."""
-        a, n = self.lone
         _, H, N, D = q.shape
         K = self.pool.k.shape[1]
-        k, v = (p[layer][None, :, a: a + n] for p in (self.pool.k, self.pool.v))  # (1, K, n, D) views of the pool
         if N == 1 and window is None:  # a lone query sees all its row's slots: no mask, no copy
-            return F.scaled_dot_product_attention(q.view(1, K, H // K, D), k, v).view(1, H, 1, D)  # (1, K, G, D)
-        mask = self._head_mask(self.groups[0], window, 0, H // K, q.dtype, N)[..., :n]  # (1, 1, G N, n)
-        y = F.scaled_dot_product_attention(q[0].reshape(1, K, H // K * N, D), k, v, attn_mask=mask)  # (1, K, G N, D)
+            return self._run(layer, q.view(1, K, H // K, D), self.lone, None).view(1, H, 1, D)  # (1, K, G, D)
+        mask = self._head_mask(self.groups[0], window, 0, H // K, q.dtype, N)  # (1, 1, G N, S)
+        y = self._run(layer, q[0].reshape(1, K, H // K * N, D), self.lone, mask)  # (1, K, G N, D)
         return y.view(H, N, D).transpose(0, 1).contiguous().transpose(0, 1)[None]  # (1, H, N, D) laid out as q is
+
+    def _run(self, layer, q, span, mask):
+        """One SDPA call of a row's queries q (1, K, G T, D) over its slots, one run of the pool (``span``: its first
+        physical slot, its slots n), read in place as views; ``mask`` (1, 1, G T, >= n), or None where every query
+        sees every slot. -> (1, K, G T, D)."""
+        a, n = span
+        k, v = (p[layer][None, :, a: a + n] for p in (self.pool.k, self.pool.v))  # (1, K, n, D) views of the pool
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=None if mask is None else mask[..., :n])
 
     def _views(self, layer, q, g, window, i):
         """Row by row: a row of one run is a view of the pool, read in place (no copy); the other rows are copied
@@ -263,10 +269,8 @@ class PagedStep:
         for r, sp in enumerate(g.spans):
             if sp is None:  # copied above
                 continue
-            a, n = sp  # one run: its first physical slot, its slots, read in place
-            m = None if T == 1 and window is None else mask[r: r + 1, ..., :n]  # (1, 1, G T, n); a lone query: none
-            k, v = pk[:, a: a + n], pv[:, a: a + n]  # (K, n, D) views: a decode row's query sees all its n slots
-            y[r] = F.scaled_dot_product_attention(q[r: r + 1], k[None], v[None], attn_mask=m)[0]  # (K, G T, D)
+            m = None if T == 1 and window is None else mask[r: r + 1]  # (1, 1, G T, S); a lone query sees all
+            y[r] = self._run(layer, q[r: r + 1], sp, m)[0]  # (K, G T, D): one run, read in place
         return y.reshape(R, H, T, D)
 
     def _flex(self, layer, q, g, window, i):
