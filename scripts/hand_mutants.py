@@ -229,9 +229,14 @@ MUTANTS = {
         "minispec/model/llama.py", "if paged and self.paged_layers is not None and",
         "if False and self.paged_layers is not None and", ["tests/engine/test_engine_compiled.py"],
         engine(SMALL, compile=True)),
-    "model: a compiled one-token pass runs even its small products through oneDNN's packed call": (
-        "minispec/model/llama.py", "small = tokens == 1 and m.weight.numel() < PACKED_MIN_MACS", "small = False",
-        ["tests/engine/test_engine_compiled.py", "-k", "one_token"], engine(SMALL, compile=True)),
+    "model: a compiled one-token pass runs its small products through oneDNN's packed call, bar the small weights'": (
+        "minispec/model/llama.py", "small = n < PACKED_MIN_WEIGHT or tokens == 1 and n < PACKED_MIN_MACS",
+        "small = n < PACKED_MIN_WEIGHT", ["tests/engine/test_engine_compiled.py", "-k", "small_products"],
+        engine(SMALL, compile=True)),
+    "model: a compiled pass of several tokens runs even a small weight's product through oneDNN's packed call": (
+        "minispec/model/llama.py", "small = n < PACKED_MIN_WEIGHT or tokens == 1 and n < PACKED_MIN_MACS",
+        "small = tokens == 1 and n < PACKED_MIN_MACS", ["tests/engine/test_engine_compiled.py", "-k",
+                                                         "small_products"], engine(SMALL, compile=True)),
     "engine: requests queued in list order, not by arrival (an early one waits behind a later one)": (
         "minispec/engine/engine.py", "pending = deque(sorted(seqs, key=lambda s: s.arrival_s))",
         "pending = deque(seqs)", ["tests/engine/test_engine_parts.py", "-k", "arrival_time"], engine(SMALL)),

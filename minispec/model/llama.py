@@ -27,6 +27,7 @@ from minispec.model.config import ModelConfig
 from minispec.model.kv_cache import KVCache
 
 PACKED_MIN_MACS = 1 << 20  # a smaller product runs through F.linear: see _packed_linear
+PACKED_MIN_WEIGHT = 1 << 18  # compiled, a smaller weight runs through F.linear at every token count: _packed_linear
 
 
 _OPS = torch.library.Library("minispec", "FRAGMENT")  # torch.ops.minispec: operators torch.compile leaves opaque
@@ -55,12 +56,19 @@ def _packed_linear(m: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     """``m(x)`` through oneDNN's prepacked weight (see :meth:`Model.prepack`), or through ``F.linear`` when the
     product is under :data:`PACKED_MIN_MACS` multiply-adds: oneDNN's call cost about 30 us before any arithmetic on
     this project's AVX2 machines, F.linear's about 10 (``results/cpu/linear_prepack.txt``: F.linear the faster for
-    SmolLM2's qkv and down at 1 token and the embedded target's qkv and down at 1-16 tokens). Compiled
-    (:mod:`minispec.engine.compiled`) the rule holds in the graph of one token only: in the graph for every other
-    count it would put a guard on the count, so there every product is oneDNN's."""
+    SmolLM2's qkv and down at 1 token and the embedded target's qkv and down at 1-16 tokens).
+
+    Compiled (:mod:`minispec.engine.compiled`) the count is known in the graph of one token only, where the rule holds;
+    in the graph for every other count it would put a guard on the count. There a weight of fewer than
+    :data:`PACKED_MIN_WEIGHT` elements (the embedded target's qkv, o and down) runs through F.linear at every count:
+    from 1 to 512 tokens F.linear was the faster for them or within 6 % on both of this project's CPUs
+    (``results/cpu/linear_prepack.txt``, ``linear_prepack_xeon.txt``), and through the compiled engine it served
+    the pair's batch of 8 1.15-1.36x as fast (``results/cpu/engine_small_weights.txt``). Every other product there is
+    oneDNN's."""
     tokens = x.shape[:-1].numel()  # from shapes (no sync)
     if torch.compiler.is_compiling():  # oneDNN's call opaque to Inductor, which cannot lower it with dynamic shapes
-        small = tokens == 1 and m.weight.numel() < PACKED_MIN_MACS  # known when traced: N >= 2 in the dynamic graph
+        n = m.weight.numel()
+        small = n < PACKED_MIN_WEIGHT or tokens == 1 and n < PACKED_MIN_MACS  # known when traced: no guard on N
         return F.linear(x, m.weight, m.bias) if small else packed_linear(x, m.packed, m.bias, m.out_features)
     if tokens * m.weight.numel() < PACKED_MIN_MACS:  # tokens x in x out
         return F.linear(x, m.weight, m.bias)

@@ -58,18 +58,27 @@ def test_compile_must_be_a_bool():
         Engine(target, compile="yes")
 
 
-def test_a_one_token_pass_runs_its_small_products_as_the_eager_step_does():
-    """The graph of one-token passes keeps the eager step's rule (:data:`~minispec.model.llama.PACKED_MIN_MACS`): a
-    product that small runs through F.linear, whose fixed cost is lower than oneDNN's packed call; the embedded
-    target's are all that small at one token. The graph for every other token count calls oneDNN for each layer's
-    four products (the rule would put a guard on the count there). A prompt's pass, then two decoding steps."""
+def test_the_compiled_passes_run_their_small_products_through_f_linear(monkeypatch):
+    """Two rules send a product through F.linear, whose fixed cost is lower than oneDNN's packed call. The graph of
+    one-token passes keeps the eager step's (:data:`~minispec.model.llama.PACKED_MIN_MACS`). The graph for every
+    other token count cannot see the count without a guard on it; there a weight under
+    :data:`~minispec.model.llama.PACKED_MIN_WEIGHT` elements runs through F.linear at every count. The embedded
+    target's weights are all that small: no oneDNN call in either graph. A 576-wide model's (SmolLM2's width) are
+    not, and its gate-and-up product is too large for the one-token rule: oneDNN's calls are its four products a
+    layer in a pass of several tokens, one in a pass of one. A prompt's pass, then two decoding steps."""
     from torch.profiler import profile
 
-    target, _ = minispec.load("tiny-code-target")
-    engine = Engine(target, compile=True)
-    calls, products = {}, 4 * target.config.num_hidden_layers  # qkv, o, gate and up, down
-    for rows in (1, 2):
-        with profile() as prof:
-            engine.run([Request(list(b"def f(x):"), 3) for _ in range(rows)])
-        calls[rows] = sum(e.count for e in prof.key_averages() if e.key == "minispec::packed_linear")
-    assert calls == {1: products, 2: 3 * products}
+    from tests.support import random_model
+
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", max(16, torch._dynamo.config.recompile_limit))
+    wide = random_model(seed=5, hidden=576, heads=9, kv_heads=3, layers=2, vocab=256)  # qkv 553k, o 332k, down 664k
+    calls = {}
+    for name, target in (("pair", minispec.load("tiny-code-target")[0]), ("wide", wide)):
+        engine = Engine(target, compile=True)
+        for rows in (1, 2):
+            with profile() as prof:
+                engine.run([Request(list(b"def f(x):"), 3) for _ in range(rows)])
+            calls[name, rows] = sum(e.count for e in prof.key_averages() if e.key == "minispec::packed_linear")
+    L = wide.config.num_hidden_layers
+    assert calls == {("pair", 1): 0, ("pair", 2): 0,  # one row: its prompt's pass, then two of one token
+                     ("wide", 1): 4 * L + 2 * L, ("wide", 2): 3 * 4 * L}  # two rows: three passes of two tokens or more
