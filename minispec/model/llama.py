@@ -62,9 +62,10 @@ def _packed_linear(m: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     in the graph for every other count it would put a guard on the count. There a weight of fewer than
     :data:`PACKED_MIN_WEIGHT` elements (the embedded target's qkv, o and down) runs through F.linear at every count:
     from 1 to 512 tokens F.linear was the faster for them or within 6 % on both of this project's CPUs
-    (``results/cpu/linear_prepack.txt``, ``linear_prepack_xeon.txt``), and through the compiled engine it served
-    the pair's batch of 8 1.15-1.36x as fast (``results/cpu/engine_small_weights.txt``). Every other product there is
-    oneDNN's."""
+    (``results/cpu/linear_prepack.txt``, ``linear_prepack_xeon.txt``; its gate and up were up to 1.6x slower on the
+    AVX2 machine at 5 to 40 tokens, the faster on the Xeon), and through the compiled engine the pair's batch of one
+    with its draft model, whose verify pass is 5 tokens, ran 1.08-1.31x as fast on the Xeon, its other static batches
+    within the runs' noise (``results/cpu/engine_small_weights.txt``). Every other product there is oneDNN's."""
     tokens = x.shape[:-1].numel()  # from shapes (no sync)
     if torch.compiler.is_compiling():  # oneDNN's call opaque to Inductor, which cannot lower it with dynamic shapes
         n = m.weight.numel()
