@@ -60,10 +60,11 @@ def _packed_linear(m: nn.Linear, x: torch.Tensor) -> torch.Tensor:
 
     Compiled (:mod:`minispec.engine.compiled`) the count is known in the graph of one token only, where the rule holds;
     in the graph for every other count it would put a guard on the count. There a weight of fewer than
-    :data:`PACKED_MIN_WEIGHT` elements (the embedded target's qkv, o and down) runs through F.linear at every count:
-    from 1 to 512 tokens F.linear was the faster for them or within 6 % on both of this project's CPUs
-    (``results/cpu/linear_prepack.txt``, ``linear_prepack_xeon.txt``; its gate and up were up to 1.6x slower on the
-    AVX2 machine at 5 to 40 tokens, the faster on the Xeon), and through the compiled engine the pair's batch of one
+    :data:`PACKED_MIN_WEIGHT` elements (every product of the embedded target, none of SmolLM2's) runs through F.linear
+    at every count: for the embedded target's qkv and down F.linear was the faster or within 6 % from 1 to 512 tokens
+    on both of this project's CPUs (``results/cpu/linear_prepack.txt``, ``linear_prepack_xeon.txt``), its gate and up
+    the faster on the Xeon but 1.04-1.64x slower on the AVX2 machine from 2 to 128 tokens (the threshold is the Xeon's
+    choice: docs/VS_VLLM.md), and through the compiled engine the pair's batch of one
     with its draft model, whose verify pass is 5 tokens, ran 1.08-1.31x as fast on the Xeon, its other static batches
     within the runs' noise (``results/cpu/engine_small_weights.txt``). Every other product there is oneDNN's."""
     tokens = x.shape[:-1].numel()  # from shapes (no sync)
