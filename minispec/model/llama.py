@@ -67,12 +67,11 @@ def _packed_linear(m: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     choice: docs/VS_VLLM.md), and through the compiled engine the pair's batch of one
     with its draft model, whose verify pass is 5 tokens, ran 1.08-1.31x as fast on the Xeon, its other static batches
     within the runs' noise (``results/cpu/engine_small_weights.txt``). Every other product there is oneDNN's."""
-    tokens = x.shape[:-1].numel()  # from shapes (no sync)
+    tokens, n = x.shape[:-1].numel(), m.weight.numel()  # from shapes (no sync)
     if torch.compiler.is_compiling():  # oneDNN's call opaque to Inductor, which cannot lower it with dynamic shapes
-        n = m.weight.numel()
         small = n < PACKED_MIN_WEIGHT or tokens == 1 and n < PACKED_MIN_MACS  # known when traced: no guard on N
         return F.linear(x, m.weight, m.bias) if small else packed_linear(x, m.packed, m.bias, m.out_features)
-    if tokens * m.weight.numel() < PACKED_MIN_MACS:  # tokens x in x out
+    if tokens * n < PACKED_MIN_MACS:  # tokens x in x out
         return F.linear(x, m.weight, m.bias)
     return torch.ops.mkldnn._linear_pointwise(x, m.packed, m.bias, "none", [], "")
 
